@@ -1,0 +1,83 @@
+// Package contract holds every name that crosses a process or language boundary: environment
+// variables, container paths, annotations, default host paths and metric-visible strings.
+// It is the code twin of shared/design/contract.md; change both together, with a test on each
+// side of the boundary. Host paths that depend on flags are built by pkg/claimdir.
+package contract
+
+// DefaultDriverName is the DRA driver name used when --driver-name is not set (contract §1).
+const DefaultDriverName = "vgpu.dra.dev"
+
+// Default host locations (contract §1).
+const (
+	DefaultStateDir   = "/var/lib/vgpu-dra"
+	DefaultKubeletDir = "/var/lib/kubelet"
+	DefaultCDIDir     = "/var/run/cdi"
+	// CheckpointFile is the checkpoint's name inside the kubelet plugin data directory.
+	CheckpointFile = "checkpoint.json"
+	// InstanceLockFile is the instance lock's name inside the kubelet plugin data directory.
+	InstanceLockFile = "instance.lock"
+	// DefaultGPUCDIKind is the CDI kind of the NVIDIA Container Toolkit's per-GPU devices.
+	DefaultGPUCDIKind = "nvidia.com/gpu"
+)
+
+// Paths inside a vGPU container (contract §3–§4).
+const (
+	ContainerConfigRoot  = "/etc/vgpu-dra"
+	ContainerLibraryPath = "/etc/vgpu-dra/lib/libvgpu.so"
+	ContainerPreloadPath = "/etc/ld.so.preload"
+	ContainerRegistryDir = "/etc/vgpu-dra/registry"
+	ContainerConfigDir   = "/etc/vgpu-dra/config"
+	ContainerVGPULockDir = "/tmp/.vgpu_lock"
+	ContainerVMemNodeDir = "/tmp/.vmem_node"
+	// RegistrySocketName is the registry socket's name in the registry directory (host and container).
+	RegistrySocketName = "registry.sock"
+	// PIDsConfigName is the PID list's name inside a container's config directory (contract §6).
+	PIDsConfigName = "pids.config"
+)
+
+// Environment variables set through CDI (contract §3) and NRI (contract §4).
+const (
+	EnvClaimUID           = "MANAGER_VGPU_CLAIM_UID"
+	EnvRegisterUUID       = "MANAGER_CLIENT_REGISTER_UUID"
+	EnvVisibleDevicePfx   = "MANAGER_VISIBLE_DEVICE_" // + NVML index
+	EnvMemLimitPfx        = "CUDA_MEM_LIMIT_"         // + NVML index
+	EnvCoreLimitPfx       = "CUDA_CORE_LIMIT_"        // + NVML index
+	EnvVisibleDevices     = "MANAGER_VISIBLE_DEVICES"
+	EnvMemLimit           = "CUDA_MEM_LIMIT"
+	EnvCoreLimit          = "CUDA_CORE_LIMIT"
+	EnvNvidiaVisible      = "NVIDIA_VISIBLE_DEVICES"
+	EnvPodUID             = "VGPU_POD_UID"
+	EnvContainerName      = "VGPU_CONTAINER_NAME"
+	MaxNeutralisedIndices = 16 // indices 0–15 are neutralised on the claim-common device
+)
+
+// RequiredPluginsAnnotationPrefix is followed by the container name; the value is a JSON list of
+// NRI plugin names that containerd's default validator requires before it creates the container.
+const RequiredPluginsAnnotationPrefix = "required-plugins.noderesource.dev/container."
+
+// Capacity names published in ResourceSlices (contract §2).
+const (
+	CapacityMemory = "memory"
+	CapacityCores  = "cores"
+	// UnhealthyTaintKeySuffix follows "<driver>/" in the device taint key.
+	UnhealthyTaintKeySuffix = "unhealthy"
+)
+
+// ClaimPath says how a prepared claim's containers get their directories (contract §3, §7).
+type ClaimPath string
+
+const (
+	// PathNRI: per-container directories and identity come from the embedded NRI plugin.
+	PathNRI ClaimPath = "nri"
+	// PathPerClaim: one directory set for the whole claim, mounted through CDI; the registry
+	// resolves the claim by MANAGER_CLIENT_REGISTER_UUID.
+	PathPerClaim ClaimPath = "per-claim"
+)
+
+// NRI rejection reasons (contract §8).
+const (
+	RejectClaimNotPrepared = "claim_not_prepared"
+	RejectPodNotReserved   = "pod_not_reserved"
+	RejectInvalidValue     = "invalid_value"
+	RejectWrongPath        = "wrong_path"
+)

@@ -1,0 +1,108 @@
+#include "core_bucket.h"
+
+#include <math.h>
+
+void core_bucket_init(struct core_bucket *b, uint64_t now_ns)
+{
+	atomic_store(&b->rate, VGPU_CORE_INITIAL_RATE);
+	atomic_store(&b->tokens, (int64_t)(VGPU_CORE_INITIAL_RATE * VGPU_CORE_BURST_NS / 1000000000ull));
+	atomic_store(&b->last_refill_ns, now_ns);
+	atomic_store(&b->next_control_ns, 0);
+	atomic_store(&b->spent, 0);
+	atomic_store(&b->throttled, 0);
+	atomic_store(&b->integral, 0);
+	atomic_store(&b->util_seen_us, 0);
+}
+
+static void refill(struct core_bucket *b, uint64_t now_ns)
+{
+	uint64_t last = atomic_load_explicit(&b->last_refill_ns, memory_order_relaxed);
+	if (now_ns <= last + 20000) /* at most one refill per 20 us keeps the hot path to loads */
+		return;
+	if (!atomic_compare_exchange_strong(&b->last_refill_ns, &last, now_ns))
+		return; /* another thread or process refilled */
+	uint64_t rate = atomic_load_explicit(&b->rate, memory_order_relaxed);
+	uint64_t dt = now_ns - last;
+	if (dt > VGPU_CORE_BURST_NS)
+		dt = VGPU_CORE_BURST_NS;
+	int64_t add = (int64_t)(rate * dt / 1000000000ull);
+	int64_t cap = (int64_t)(rate * VGPU_CORE_BURST_NS / 1000000000ull) + 1;
+	int64_t t = atomic_fetch_add(&b->tokens, add) + add;
+	if (t > cap)
+		atomic_fetch_sub(&b->tokens, t - cap);
+}
+
+uint64_t core_bucket_take(struct core_bucket *b, uint64_t cost, uint64_t now_ns)
+{
+	refill(b, now_ns);
+	int64_t before = atomic_fetch_sub_explicit(&b->tokens, (int64_t)cost, memory_order_relaxed);
+	if (before > 0) {
+		atomic_fetch_add_explicit(&b->spent, cost, memory_order_relaxed);
+		return 0;
+	}
+	atomic_fetch_add_explicit(&b->tokens, (int64_t)cost, memory_order_relaxed);
+	atomic_fetch_add_explicit(&b->throttled, 1, memory_order_relaxed);
+	uint64_t rate = atomic_load_explicit(&b->rate, memory_order_relaxed);
+	uint64_t deficit = (uint64_t)(1 - before);
+	uint64_t wait = deficit * 1000000000ull / (rate ? rate : 1);
+	if (wait < 50000)
+		wait = 50000;
+	if (wait > 10000000)
+		wait = 10000000;
+	return wait;
+}
+
+int core_bucket_control_due(struct core_bucket *b, uint64_t now_ns, uint64_t period_ns)
+{
+	uint64_t due = atomic_load_explicit(&b->next_control_ns, memory_order_relaxed);
+	if (now_ns < due)
+		return 0;
+	return atomic_compare_exchange_strong(&b->next_control_ns, &due, now_ns + period_ns);
+}
+
+void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct, uint64_t window_ns)
+{
+	uint64_t spent = atomic_exchange(&b->spent, 0);
+	uint64_t throttled = atomic_exchange(&b->throttled, 0);
+	if (util_pct < 0 || window_ns == 0)
+		return; /* no measurement: keep the rate; refill goes on by time */
+	double rate = (double)atomic_load(&b->rate);
+	double window_s = (double)window_ns / 1e9;
+	double target = target_pct;
+
+	/* Integral of the error (pp * s), bounded so that a long idle period cannot wind it up. */
+	double integral = (double)atomic_load(&b->integral) / 1e6;
+	if (throttled > 0 || util_pct > target)
+		integral += (target - util_pct) * window_s;
+	if (integral > 20)
+		integral = 20;
+	if (integral < -20)
+		integral = -20;
+	atomic_store(&b->integral, (int64_t)(integral * 1e6));
+	double goal = target + 0.5 * integral;
+	if (goal < target * 0.5)
+		goal = target * 0.5;
+	if (goal > 100)
+		goal = 100;
+
+	double next = rate;
+	double spent_rate = (double)spent / window_s;
+	if (util_pct >= 0.5 && spent > 0) {
+		/* feed-forward: the rate that would have produced the goal in this window */
+		double ideal = spent_rate * goal / util_pct;
+		if (throttled == 0 && ideal > rate)
+			ideal = rate; /* not limited by us: the workload, not the rate, set u */
+		next = sqrt(rate * ideal); /* geometric step: halfway in log space */
+	} else if (throttled > 0) {
+		next = rate * 2; /* throttled yet nothing measured as busy: the rate is far too low */
+	}
+	if (next < rate / 4)
+		next = rate / 4;
+	if (next > rate * 4)
+		next = rate * 4;
+	if (next < VGPU_CORE_MIN_RATE)
+		next = VGPU_CORE_MIN_RATE;
+	if (next > (double)VGPU_CORE_MAX_RATE)
+		next = (double)VGPU_CORE_MAX_RATE;
+	atomic_store(&b->rate, (uint64_t)next);
+}

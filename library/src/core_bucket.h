@@ -1,0 +1,53 @@
+/* Core-limit token bucket shared by a container's processes (one per device index), and the
+ * controller that sets its refill rate from measured utilisation.
+ *
+ * Tokens are "blocks" (grid size): a launch costs its block count. The relation between
+ * blocks and GPU time is unknown and changes with the workload, so the rate is not derived
+ * from the limit directly: every control period the controller compares the container's
+ * measured SM utilisation u with the target and moves the rate towards
+ * spent_rate * target / u (feed-forward), plus an integral term that removes the bias of
+ * noisy measurements. Refill is by elapsed time, so a stalled or failing measurement source
+ * leaves the rate where it was: a launch waits at most VGPU_CORE_MAX_WAIT_NS.
+ *
+ * All functions take the time as an argument (lock-free, testable in a simulated clock). */
+#ifndef VGPU_CORE_BUCKET_H
+#define VGPU_CORE_BUCKET_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define VGPU_CORE_MAX_WAIT_NS 1000000000ull /* a launch is never held longer than this */
+#define VGPU_CORE_BURST_NS 50000000ull      /* bucket capacity: 50 ms of refill */
+#define VGPU_CORE_MIN_RATE 64ull            /* blocks/s floor */
+#define VGPU_CORE_MAX_RATE (1ull << 40)
+#define VGPU_CORE_INITIAL_RATE 200000ull    /* blocks/s before the first measurement */
+
+struct core_bucket {
+	_Atomic int64_t tokens;         /* blocks; may go negative (debt of a large launch) */
+	_Atomic uint64_t last_refill_ns;
+	_Atomic uint64_t rate;          /* blocks per second */
+	_Atomic uint64_t next_control_ns;
+	_Atomic uint64_t spent;         /* blocks launched since the last control step */
+	_Atomic uint64_t throttled;     /* denied takes since the last control step */
+	_Atomic int64_t integral;       /* controller state, (target - u) * seconds * 1e6 */
+	_Atomic uint64_t util_seen_us;  /* NVML lastSeenTimeStamp of the last measurement */
+};
+
+_Static_assert(sizeof(struct core_bucket) == 64, "core bucket layout");
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the bucket needs lock-free 64-bit atomics");
+
+void core_bucket_init(struct core_bucket *b, uint64_t now_ns);
+
+/* Takes cost blocks. Returns 0 when the launch may go, else how long to wait before
+ * trying again (ns). */
+uint64_t core_bucket_take(struct core_bucket *b, uint64_t cost, uint64_t now_ns);
+
+/* Elects one caller per period to run the controller: 1 for the winner. */
+int core_bucket_control_due(struct core_bucket *b, uint64_t now_ns, uint64_t period_ns);
+
+/* One controller step. util_pct < 0 means no measurement (rate kept). window_ns is the
+ * time since the previous step. */
+void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct, uint64_t window_ns);
+
+#endif

@@ -1,0 +1,27 @@
+/* The container's core-limit buckets in /tmp/.vgpu_lock: a small versioned header and one
+ * 64-byte bucket per device index, created and initialised once under flock. */
+#ifndef VGPU_CORE_FILE_H
+#define VGPU_CORE_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core_bucket.h"
+#include "env_config.h"
+
+#define CORE_FILE_NAME "core.v1"
+#define CORE_FILE_MAGIC 0x43504756u /* "VGPC" */
+#define CORE_FILE_VERSION 1u
+
+struct core_file {
+	uint32_t magic, version, header_size, nbuckets;
+	uint8_t pad[48];
+	struct core_bucket bucket[VGPU_MAX_DEVICES];
+};
+_Static_assert(offsetof(struct core_file, bucket) == 64, "core file layout");
+_Static_assert(sizeof(struct core_file) == 64 + 64 * VGPU_MAX_DEVICES, "core file layout");
+
+/* Returns the buckets (mapped shared), or NULL with a message. */
+struct core_bucket *vgpu_core_file_open(const char *dir, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,66 @@
+/* Minimal CUDA driver API declarations, written from the public CUDA Driver API
+ * documentation. Only what the hooks and the test doubles use. Not NVIDIA's header. */
+#ifndef VGPU_CUDA_API_H
+#define VGPU_CUDA_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int CUresult;
+enum {
+	CUDA_SUCCESS = 0,
+	CUDA_ERROR_INVALID_VALUE = 1,
+	CUDA_ERROR_OUT_OF_MEMORY = 2,
+	CUDA_ERROR_NOT_INITIALIZED = 3,
+	CUDA_ERROR_NO_DEVICE = 100,
+	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_INVALID_CONTEXT = 201,
+	CUDA_ERROR_NOT_FOUND = 500,
+	CUDA_ERROR_NOT_PERMITTED = 800,
+	CUDA_ERROR_NOT_SUPPORTED = 801,
+	CUDA_ERROR_UNKNOWN = 999,
+};
+
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;  /* _v2 pointers */
+typedef unsigned int CUdeviceptr_v1;     /* legacy 32-bit pointers of the unversioned names */
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef unsigned long long cuuint64_t;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+
+typedef struct { char bytes[16]; } CUuuid;
+
+/* cuMemCreate's allocation properties: only the documented leading members are read. */
+enum { CU_MEM_LOCATION_TYPE_DEVICE = 1 };
+typedef struct {
+	int type;
+	int requestedHandleTypes;
+	struct { int type; int id; } location;
+	void *win32HandleMetaData;
+	unsigned char allocFlags[8];
+} CUmemAllocationProp;
+
+/* cuLaunchKernelEx's configuration: only the grid dimensions are read. */
+typedef struct {
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	CUstream hStream;
+	void *attrs;
+	unsigned int numAttrs;
+} CUlaunchConfig;
+
+/* cuGetProcAddress flags and (CUDA 12) query result. */
+enum {
+	CU_GET_PROC_ADDRESS_DEFAULT = 0,
+	CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1,
+	CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2,
+};
+typedef int CUdriverProcAddressQueryResult;
+enum { CU_GET_PROC_ADDRESS_SUCCESS = 0, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1 };
+
+#endif

@@ -1,0 +1,65 @@
+/* Every entry point the library hooks, as X-macros (one list: the table, the prototypes'
+ * ids and the version script test all come from it).
+ *
+ * CUDA: X(exported name, base name for cuGetProcAddress, CUDA version from which the driver
+ * hands out this variant for the base name, 1 for a per-thread-default-stream variant).
+ * Versions follow the public driver API's _v2 history (3.2 = 3020 for the 64-bit memory
+ * API, ...). */
+#ifndef VGPU_HOOK_LIST_H
+#define VGPU_HOOK_LIST_H
+
+#define VGPU_CUDA_HOOKS(X)                                                  \
+	X(cuInit, cuInit, 2000, 0)                                          \
+	X(cuGetProcAddress, cuGetProcAddress, 11030, 0)                     \
+	X(cuGetProcAddress_v2, cuGetProcAddress, 12000, 0)                  \
+	X(cuDeviceTotalMem, cuDeviceTotalMem, 2000, 0)                      \
+	X(cuDeviceTotalMem_v2, cuDeviceTotalMem, 3020, 0)                   \
+	X(cuMemGetInfo, cuMemGetInfo, 2000, 0)                              \
+	X(cuMemGetInfo_v2, cuMemGetInfo, 3020, 0)                           \
+	X(cuMemAlloc, cuMemAlloc, 2000, 0)                                  \
+	X(cuMemAlloc_v2, cuMemAlloc, 3020, 0)                               \
+	X(cuMemAllocPitch, cuMemAllocPitch, 2000, 0)                        \
+	X(cuMemAllocPitch_v2, cuMemAllocPitch, 3020, 0)                     \
+	X(cuMemAllocManaged, cuMemAllocManaged, 6000, 0)                    \
+	X(cuMemAllocAsync, cuMemAllocAsync, 11020, 0)                       \
+	X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, 1)                  \
+	X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0)       \
+	X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, 1)  \
+	X(cuMemCreate, cuMemCreate, 10020, 0)                               \
+	X(cuMemRelease, cuMemRelease, 10020, 0)                             \
+	X(cuMemFree, cuMemFree, 2000, 0)                                    \
+	X(cuMemFree_v2, cuMemFree, 3020, 0)                                 \
+	X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                         \
+	X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1)                    \
+	X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                          \
+	X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1)                     \
+	X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0)    \
+	X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, 9000, 1) \
+	X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0)                     \
+	X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx, 11060, 1)                \
+	X(cuGraphLaunch, cuGraphLaunch, 10000, 0)                           \
+	X(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1)
+
+/* NVML: X(exported name). NVML has no proc-address route; symbols and dlsym only. */
+#define VGPU_NVML_HOOKS(X)                        \
+	X(nvmlInit)                               \
+	X(nvmlInit_v2)                            \
+	X(nvmlInitWithFlags)                      \
+	X(nvmlDeviceGetMemoryInfo)                \
+	X(nvmlDeviceGetMemoryInfo_v2)             \
+	X(nvmlDeviceGetComputeRunningProcesses)   \
+	X(nvmlDeviceGetComputeRunningProcesses_v2) \
+	X(nvmlDeviceGetComputeRunningProcesses_v3)
+
+/* Functions of the driver the hooks call without hooking them. */
+#define VGPU_CUDA_USED(X)   \
+	X(cuCtxGetDevice)   \
+	X(cuDeviceGetCount) \
+	X(cuDeviceGetUuid)
+
+#define VGPU_NVML_USED(X)                     \
+	X(nvmlDeviceGetHandleByUUID)          \
+	X(nvmlDeviceGetUUID)                  \
+	X(nvmlDeviceGetProcessUtilization)
+
+#endif

@@ -1,0 +1,79 @@
+/* Prototypes of every hook (exported by libvgpu.so under the driver's names) and of the
+ * driver functions the hooks call. Types from the library's own declarations. */
+#ifndef VGPU_HOOKS_H
+#define VGPU_HOOKS_H
+
+#include "cuda_api.h"
+#include "nvml_api.h"
+
+#define VGPU_EXPORT __attribute__((visibility("default")))
+
+VGPU_EXPORT CUresult cuInit(unsigned int flags);
+VGPU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+VGPU_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+					 CUdriverProcAddressQueryResult *symbolStatus);
+VGPU_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
+VGPU_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+VGPU_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
+VGPU_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
+VGPU_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize);
+VGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+VGPU_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int width,
+				     unsigned int height, unsigned int elementSize);
+VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+					unsigned int elementSize);
+VGPU_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+VGPU_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream);
+VGPU_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream stream);
+VGPU_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+					     CUstream stream);
+VGPU_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+						  CUstream stream);
+VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+				 const CUmemAllocationProp *prop, unsigned long long flags);
+VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+VGPU_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr);
+VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr);
+VGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
+VGPU_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
+VGPU_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+				    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+				    CUstream stream, void **params, void **extra);
+VGPU_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+					 unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+					 CUstream stream, void **params, void **extra);
+VGPU_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+					       unsigned int bx, unsigned int by, unsigned int bz,
+					       unsigned int shmem, CUstream stream, void **params);
+VGPU_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+						    unsigned int gz, unsigned int bx, unsigned int by,
+						    unsigned int bz, unsigned int shmem, CUstream stream,
+						    void **params);
+VGPU_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra);
+VGPU_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params,
+					   void **extra);
+VGPU_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
+VGPU_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream);
+
+VGPU_EXPORT nvmlReturn_t nvmlInit(void);
+VGPU_EXPORT nvmlReturn_t nvmlInit_v2(void);
+VGPU_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *count,
+							      nvmlProcessInfo_v1_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
+								 nvmlProcessInfo_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+								 nvmlProcessInfo_t *infos);
+
+/* Driver functions called, never hooked (declared for their types only). */
+CUresult cuCtxGetDevice(CUdevice *dev);
+CUresult cuDeviceGetCount(int *count);
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *samples,
+					     unsigned int *count, unsigned long long lastSeenTimeStamp);
+
+#endif

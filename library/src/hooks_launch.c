@@ -1,0 +1,70 @@
+/* Kernel launch hooks: each launch passes the core-limit gate, charged its block count. */
+#include "core_limiter.h"
+#include "hook_table.h"
+#include "hooks.h"
+
+#define REAL_OR_FAIL(var, name)                 \
+	__typeof__(&name) var = REAL(name);     \
+	if (var == NULL)                        \
+		return CUDA_ERROR_NOT_FOUND
+
+static inline uint64_t grid_blocks(unsigned int gx, unsigned int gy, unsigned int gz)
+{
+	return (uint64_t)gx * gy * gz;
+}
+
+#define LAUNCH_HOOK(name)                                                                             \
+	CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,    \
+		      unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void **params, \
+		      void **extra)                                                                        \
+	{                                                                                                  \
+		REAL_OR_FAIL(real, name);                                                                  \
+		CUresult r = vgpu_core_gate(grid_blocks(gx, gy, gz));                                      \
+		if (r != CUDA_SUCCESS)                                                                     \
+			return r;                                                                          \
+		return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                      \
+	}
+
+LAUNCH_HOOK(cuLaunchKernel)
+LAUNCH_HOOK(cuLaunchKernel_ptsz)
+
+#define COOP_HOOK(name)                                                                               \
+	CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,    \
+		      unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void **params) \
+	{                                                                                                  \
+		REAL_OR_FAIL(real, name);                                                                  \
+		CUresult r = vgpu_core_gate(grid_blocks(gx, gy, gz));                                      \
+		if (r != CUDA_SUCCESS)                                                                     \
+			return r;                                                                          \
+		return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                             \
+	}
+
+COOP_HOOK(cuLaunchCooperativeKernel)
+COOP_HOOK(cuLaunchCooperativeKernel_ptsz)
+
+#define EX_HOOK(name)                                                                                  \
+	CUresult name(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)             \
+	{                                                                                                  \
+		REAL_OR_FAIL(real, name);                                                                  \
+		uint64_t blocks = config ? grid_blocks(config->gridDimX, config->gridDimY, config->gridDimZ) : 1; \
+		CUresult r = vgpu_core_gate(blocks);                                                       \
+		if (r != CUDA_SUCCESS)                                                                     \
+			return r;                                                                          \
+		return real(config, f, params, extra);                                                     \
+	}
+
+EX_HOOK(cuLaunchKernelEx)
+EX_HOOK(cuLaunchKernelEx_ptsz)
+
+#define GRAPH_HOOK(name)                                                     \
+	CUresult name(CUgraphExec exec, CUstream stream)                     \
+	{                                                                    \
+		REAL_OR_FAIL(real, name);                                    \
+		CUresult r = vgpu_core_gate(VGPU_GRAPH_LAUNCH_COST);         \
+		if (r != CUDA_SUCCESS)                                       \
+			return r;                                            \
+		return real(exec, stream);                                   \
+	}
+
+GRAPH_HOOK(cuGraphLaunch)
+GRAPH_HOOK(cuGraphLaunch_ptsz)

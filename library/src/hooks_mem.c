@@ -1,0 +1,257 @@
+/* Allocation, free and memory-info hooks of the CUDA driver API. */
+#include <limits.h>
+
+#include "hook_table.h"
+#include "hooks.h"
+#include "mem_account.h"
+#include "runtime.h"
+
+#define REAL_OR_FAIL(var, name)                 \
+	__typeof__(&name) var = REAL(name);     \
+	if (var == NULL)                        \
+		return CUDA_ERROR_NOT_FOUND
+
+/* Pitch alignment is device-dependent and at most 512 bytes on every documented GPU:
+ * reserve the upper bound, then settle on the pitch the driver chose. */
+#define PITCH_ALIGN_MAX 512u
+
+static uint64_t pitch_bound(uint64_t width, uint64_t height)
+{
+	return ((width + PITCH_ALIGN_MAX - 1) / PITCH_ALIGN_MAX) * PITCH_ALIGN_MAX * height;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	REAL_OR_FAIL(real, cuMemAlloc_v2);
+	struct vgpu_mem_op op;
+	CUresult r = vgpu_mem_reserve(-1, bytesize, &op);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = real(dptr, bytesize);
+	vgpu_mem_commit(&op, r, VGPU_ALLOC_PTR, r == CUDA_SUCCESS ? *dptr : 0);
+	return r;
+}
+
+CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
+{
+	REAL_OR_FAIL(real, cuMemAlloc);
+	struct vgpu_mem_op op;
+	CUresult r = vgpu_mem_reserve(-1, bytesize, &op);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = real(dptr, bytesize);
+	vgpu_mem_commit(&op, r, VGPU_ALLOC_PTR, r == CUDA_SUCCESS ? *dptr : 0);
+	return r;
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	/* Managed memory can be oversubscribed by the driver; it is counted in full so that
+	 * it cannot be used to escape the limit. */
+	REAL_OR_FAIL(real, cuMemAllocManaged);
+	struct vgpu_mem_op op;
+	CUresult r = vgpu_mem_reserve(-1, bytesize, &op);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = real(dptr, bytesize, flags);
+	vgpu_mem_commit(&op, r, VGPU_ALLOC_PTR, r == CUDA_SUCCESS ? *dptr : 0);
+	return r;
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elementSize)
+{
+	REAL_OR_FAIL(real, cuMemAllocPitch_v2);
+	struct vgpu_mem_op op;
+	CUresult r = vgpu_mem_reserve(-1, pitch_bound(width, height), &op);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = real(dptr, pitch, width, height, elementSize);
+	if (r == CUDA_SUCCESS && op.index >= 0) {
+		uint64_t actual = (uint64_t)*pitch * height;
+		if (actual > op.reserved && vgpu_mem_grow(&op, actual) != CUDA_SUCCESS) {
+			__typeof__(&cuMemFree_v2) rfree = REAL(cuMemFree_v2);
+			if (rfree != NULL && rfree(*dptr) == CUDA_SUCCESS)
+				r = CUDA_ERROR_OUT_OF_MEMORY; /* the grown size is over the limit */
+		}
+	}
+	vgpu_mem_commit(&op, r, VGPU_ALLOC_PTR, r == CUDA_SUCCESS ? *dptr : 0);
+	return r;
+}
+
+CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int width, unsigned int height,
+			 unsigned int elementSize)
+{
+	REAL_OR_FAIL(real, cuMemAllocPitch);
+	struct vgpu_mem_op op;
+	CUresult r = vgpu_mem_reserve(-1, pitch_bound(width, height), &op);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = real(dptr, pitch, width, height, elementSize);
+	if (r == CUDA_SUCCESS && op.index >= 0) {
+		uint64_t actual = (uint64_t)*pitch * height;
+		if (actual > op.reserved && vgpu_mem_grow(&op, actual) != CUDA_SUCCESS) {
+			__typeof__(&cuMemFree) rfree = REAL(cuMemFree);
+			if (rfree != NULL && rfree(*dptr) == CUDA_SUCCESS)
+				r = CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	vgpu_mem_commit(&op, r, VGPU_ALLOC_PTR, r == CUDA_SUCCESS ? *dptr : 0);
+	return r;
+}
+
+/* Stream-ordered allocations are counted when requested and given back when their free is
+ * enqueued; memory a pool keeps beyond that shows up through the NVML reconciliation. */
+#define ALLOC_ASYNC(name, args, ...)                                               \
+	CUresult name args                                                         \
+	{                                                                          \
+		REAL_OR_FAIL(real, name);                                          \
+		struct vgpu_mem_op op;                                             \
+		CUresult r = vgpu_mem_reserve(-1, bytesize, &op);                  \
+		if (r != CUDA_SUCCESS)                                             \
+			return r;                                                  \
+		r = real(__VA_ARGS__);                                             \
+		vgpu_mem_commit(&op, r, VGPU_ALLOC_PTR, r == CUDA_SUCCESS ? *dptr : 0); \
+		return r;                                                          \
+	}
+
+ALLOC_ASYNC(cuMemAllocAsync, (CUdeviceptr * dptr, size_t bytesize, CUstream stream), dptr, bytesize, stream)
+ALLOC_ASYNC(cuMemAllocAsync_ptsz, (CUdeviceptr * dptr, size_t bytesize, CUstream stream), dptr, bytesize, stream)
+ALLOC_ASYNC(cuMemAllocFromPoolAsync, (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream stream),
+	    dptr, bytesize, pool, stream)
+ALLOC_ASYNC(cuMemAllocFromPoolAsync_ptsz,
+	    (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream stream), dptr, bytesize, pool, stream)
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+		     unsigned long long flags)
+{
+	REAL_OR_FAIL(real, cuMemCreate);
+	int ordinal = -1;
+	if (prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+		ordinal = prop->location.id;
+	struct vgpu_mem_op op;
+	CUresult r = vgpu_mem_reserve(ordinal, size, &op);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = real(handle, size, prop, flags);
+	vgpu_mem_commit(&op, r, VGPU_ALLOC_VMM_HANDLE, r == CUDA_SUCCESS ? *handle : 0);
+	return r;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	REAL_OR_FAIL(real, cuMemRelease);
+	CUresult r = real(handle);
+	if (r == CUDA_SUCCESS)
+		vgpu_mem_forget(VGPU_ALLOC_VMM_HANDLE, handle);
+	return r;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	REAL_OR_FAIL(real, cuMemFree_v2);
+	CUresult r = real(dptr);
+	if (r == CUDA_SUCCESS)
+		vgpu_mem_forget(VGPU_ALLOC_PTR, dptr);
+	return r;
+}
+
+CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+	REAL_OR_FAIL(real, cuMemFree);
+	CUresult r = real(dptr);
+	if (r == CUDA_SUCCESS)
+		vgpu_mem_forget(VGPU_ALLOC_PTR, dptr);
+	return r;
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
+{
+	REAL_OR_FAIL(real, cuMemFreeAsync);
+	CUresult r = real(dptr, stream);
+	if (r == CUDA_SUCCESS)
+		vgpu_mem_forget(VGPU_ALLOC_PTR, dptr);
+	return r;
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
+{
+	REAL_OR_FAIL(real, cuMemFreeAsync_ptsz);
+	CUresult r = real(dptr, stream);
+	if (r == CUDA_SUCCESS)
+		vgpu_mem_forget(VGPU_ALLOC_PTR, dptr);
+	return r;
+}
+
+/* --- memory info: the container sees its limit as the device's size --------------------- */
+
+static int info_refused(void)
+{
+	int m = vgpu_runtime_mode();
+	if (m == VGPU_MODE_ENFORCE)
+		m = vgpu_runtime_map_cuda();
+	if (m == VGPU_MODE_REFUSED) {
+		vgpu_runtime_report_refusal();
+		return 1;
+	}
+	return 0;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+	REAL_OR_FAIL(real, cuMemGetInfo_v2);
+	if (info_refused())
+		return CUDA_ERROR_NOT_PERMITTED;
+	CUresult r = real(free, total);
+	uint64_t limit, used;
+	if (r != CUDA_SUCCESS || free == NULL || total == NULL ||
+	    vgpu_mem_view(vgpu_runtime_current_index(), &limit, &used) != 0)
+		return r;
+	uint64_t f = *free, t = *total;
+	vgpu_mem_clamp(limit, used, &f, &t);
+	*free = (size_t)f;
+	*total = (size_t)t;
+	return r;
+}
+
+CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
+{
+	REAL_OR_FAIL(real, cuMemGetInfo);
+	if (info_refused())
+		return CUDA_ERROR_NOT_PERMITTED;
+	CUresult r = real(free, total);
+	uint64_t limit, used;
+	if (r != CUDA_SUCCESS || free == NULL || total == NULL ||
+	    vgpu_mem_view(vgpu_runtime_current_index(), &limit, &used) != 0)
+		return r;
+	uint64_t f = *free, t = *total;
+	vgpu_mem_clamp(limit, used, &f, &t);
+	*free = (unsigned int)(f > UINT_MAX ? UINT_MAX : f);
+	*total = (unsigned int)(t > UINT_MAX ? UINT_MAX : t);
+	return r;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	REAL_OR_FAIL(real, cuDeviceTotalMem_v2);
+	if (info_refused())
+		return CUDA_ERROR_NOT_PERMITTED;
+	CUresult r = real(bytes, dev);
+	int index = vgpu_runtime_index_of_ordinal(dev);
+	if (r == CUDA_SUCCESS && bytes != NULL && index >= 0 && vgpu_rt.cfg.dev[index].mem_limit != 0 &&
+	    vgpu_rt.cfg.dev[index].mem_limit < *bytes)
+		*bytes = (size_t)vgpu_rt.cfg.dev[index].mem_limit;
+	return r;
+}
+
+CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+	REAL_OR_FAIL(real, cuDeviceTotalMem);
+	if (info_refused())
+		return CUDA_ERROR_NOT_PERMITTED;
+	CUresult r = real(bytes, dev);
+	int index = vgpu_runtime_index_of_ordinal(dev);
+	if (r == CUDA_SUCCESS && bytes != NULL && index >= 0 && vgpu_rt.cfg.dev[index].mem_limit != 0 &&
+	    vgpu_rt.cfg.dev[index].mem_limit < *bytes)
+		*bytes = (unsigned int)vgpu_rt.cfg.dev[index].mem_limit;
+	return r;
+}

@@ -1,0 +1,130 @@
+#include "nvml_usage.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "hook_table.h"
+#include "hooks.h"
+#include "log.h"
+
+int vgpu_nvml_ready(void)
+{
+	static _Atomic int state; /* 0 unknown, 1 ready, -1 failed */
+	int s = atomic_load(&state);
+	if (s != 0)
+		return s > 0 ? 0 : -1;
+	/* The real nvmlInit_v2 is reference counted: the application's own init/shutdown
+	 * pairs stay balanced; this one is never shut down. */
+	nvmlReturn_t (*init)(void) = REAL(nvmlInit_v2);
+	nvmlReturn_t r = init != NULL ? init() : NVML_ERROR_NOT_FOUND;
+	if (r != NVML_SUCCESS)
+		vgpu_log_warn("NVML is not usable (%d): unseen driver memory and the core limit's "
+			      "measurements are unavailable", r);
+	atomic_store(&state, r == NVML_SUCCESS ? 1 : -1);
+	return r == NVML_SUCCESS ? 0 : -1;
+}
+
+nvmlDevice_t vgpu_nvml_device(const char *uuid)
+{
+	nvmlDevice_t dev = NULL;
+	if (vgpu_nvml_ready() != 0 || USED(nvmlDeviceGetHandleByUUID) == NULL)
+		return NULL;
+	if (USED(nvmlDeviceGetHandleByUUID)(uuid, &dev) != NVML_SUCCESS)
+		return NULL;
+	return dev;
+}
+
+int vgpu_nvml_container_memory(nvmlDevice_t dev, const struct vgpu_pids *pids, uint64_t *bytes)
+{
+	nvmlReturn_t (*list)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *) =
+		REAL(nvmlDeviceGetComputeRunningProcesses_v3);
+	if (list == NULL)
+		list = REAL(nvmlDeviceGetComputeRunningProcesses_v2);
+	if (list == NULL)
+		return -1;
+	unsigned int cap = 64;
+	for (int tries = 0; tries < 4; tries++) {
+		nvmlProcessInfo_t *infos = calloc(cap, sizeof(*infos));
+		if (infos == NULL)
+			return -1;
+		unsigned int n = cap;
+		nvmlReturn_t r = list(dev, &n, infos);
+		if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
+			free(infos);
+			cap = n + 16;
+			continue;
+		}
+		if (r != NVML_SUCCESS) {
+			free(infos);
+			return -1;
+		}
+		uint64_t sum = 0;
+		for (unsigned int i = 0; i < n && i < cap; i++)
+			if (vgpu_pids_contains(pids, infos[i].pid) && infos[i].usedGpuMemory != ~0ull)
+				sum += infos[i].usedGpuMemory;
+		free(infos);
+		*bytes = sum;
+		return 0;
+	}
+	return -1;
+}
+
+int vgpu_nvml_container_util(nvmlDevice_t dev, const struct vgpu_pids *pids, uint64_t *last_seen_us,
+			     double *util_pct)
+{
+	nvmlReturn_t (*get)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned int *, unsigned long long) =
+		USED(nvmlDeviceGetProcessUtilization);
+	if (get == NULL)
+		return -1;
+	unsigned int n = 0;
+	nvmlReturn_t r = get(dev, NULL, &n, *last_seen_us);
+	if (r == NVML_ERROR_NOT_FOUND) {
+		*util_pct = 0; /* nothing ran since the last sample */
+		return 0;
+	}
+	if (r != NVML_SUCCESS && r != NVML_ERROR_INSUFFICIENT_SIZE)
+		return -1;
+	if (n == 0) {
+		*util_pct = 0;
+		return 0;
+	}
+	n += 8;
+	nvmlProcessUtilizationSample_t *s = calloc(n, sizeof(*s));
+	if (s == NULL)
+		return -1;
+	r = get(dev, s, &n, *last_seen_us);
+	if (r == NVML_ERROR_NOT_FOUND) {
+		free(s);
+		*util_pct = 0;
+		return 0;
+	}
+	if (r != NVML_SUCCESS) {
+		free(s);
+		return -1;
+	}
+	/* A process may have several samples in the window: average per process, sum over the
+	 * container's processes. */
+	double total = 0;
+	uint64_t newest = *last_seen_us;
+	for (unsigned int i = 0; i < n; i++) {
+		if (s[i].timeStamp > newest)
+			newest = s[i].timeStamp;
+		if (s[i].pid == 0 || !vgpu_pids_contains(pids, s[i].pid))
+			continue;
+		double sum = 0;
+		unsigned int k = 0;
+		for (unsigned int j = i; j < n; j++) {
+			if (s[j].pid == s[i].pid) {
+				sum += s[j].smUtil;
+				k++;
+				if (j != i)
+					s[j].pid = 0; /* counted */
+			}
+		}
+		total += sum / k;
+	}
+	free(s);
+	*last_seen_us = newest;
+	*util_pct = total > 100 ? 100 : total;
+	return 0;
+}

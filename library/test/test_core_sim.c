@@ -1,0 +1,156 @@
+/* Closed-loop simulation of the core limit: the real bucket and controller (core_bucket.c)
+ * against a simulated GPU that runs kernels one after another, measured the way NVML
+ * reports process utilisation (busy share of each sampling window). Simulated time, fixed
+ * seeds: deterministic, so the accuracy figure can be asserted (mean error <= 2 pp). */
+#include <math.h>
+#include <stdint.h>
+
+#include "../src/core_bucket.h"
+#include "test_util.h"
+
+#define SIM_SECONDS 60
+#define WARMUP_SECONDS 5
+#define BIN_NS 1000000ull /* 1 ms bins of busy time */
+#define NBINS (SIM_SECONDS * 1000 + 1000)
+#define MAX_PROCS 4
+#define QUEUE_DEPTH 8
+#define CONTROL_NS 100000000ull
+
+struct sim_proc {
+	uint64_t next_try;
+	uint64_t dur_ns, blocks; /* mean kernel */
+	double jitter;           /* kernel size varies by +-jitter */
+	uint64_t pending_end[QUEUE_DEPTH];
+	int npending;
+};
+
+static double busy[NBINS];
+static uint64_t rng = 88172645463325252ull;
+static double frand(void)
+{
+	rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+	return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static void add_busy(uint64_t s, uint64_t e)
+{
+	while (s < e) {
+		uint64_t bin = s / BIN_NS;
+		uint64_t bin_end = (bin + 1) * BIN_NS;
+		uint64_t seg_end = e < bin_end ? e : bin_end;
+		if (bin < NBINS)
+			busy[bin] += (double)(seg_end - s);
+		s = seg_end;
+	}
+}
+
+static double util_pct(uint64_t from, uint64_t to)
+{
+	double b = 0;
+	for (uint64_t i = from / BIN_NS; i < to / BIN_NS && i < NBINS; i++)
+		b += busy[i];
+	return 100.0 * b / (double)(to - from);
+}
+
+/* Returns the mean utilisation after warm-up. noise_pp: measurement noise of NVML. */
+static double run(int target, struct sim_proc *procs, int nprocs, double noise_pp, double *worst_window)
+{
+	struct core_bucket b;
+	memset(busy, 0, sizeof(busy));
+	core_bucket_init(&b, 0);
+	uint64_t gpu_free = 0, last_control = 0;
+	const uint64_t end = (uint64_t)SIM_SECONDS * 1000000000ull;
+	*worst_window = 0;
+	for (;;) {
+		int p = 0;
+		for (int i = 1; i < nprocs; i++)
+			if (procs[i].next_try < procs[p].next_try)
+				p = i;
+		struct sim_proc *sp = &procs[p];
+		uint64_t t = sp->next_try;
+		if (t >= end)
+			break;
+		while (last_control + CONTROL_NS <= t) {
+			uint64_t now = last_control + CONTROL_NS;
+			if (core_bucket_control_due(&b, now, CONTROL_NS)) {
+				double u = util_pct(last_control, now) + noise_pp * (2 * frand() - 1);
+				if (u < 0)
+					u = 0;
+				core_bucket_control(&b, target, u, now - last_control);
+				if (now > (uint64_t)WARMUP_SECONDS * 1000000000ull) {
+					double err = fabs(util_pct(now - 1000000000ull, now) - target);
+					if (err > *worst_window)
+						*worst_window = err;
+				}
+			}
+			last_control = now;
+		}
+		/* retire finished kernels of this process */
+		int k = 0;
+		for (int i = 0; i < sp->npending; i++)
+			if (sp->pending_end[i] > t)
+				sp->pending_end[k++] = sp->pending_end[i];
+		sp->npending = k;
+		if (sp->npending == QUEUE_DEPTH) { /* launch queue full: block until one finishes */
+			uint64_t first = UINT64_MAX;
+			for (int i = 0; i < sp->npending; i++)
+				if (sp->pending_end[i] < first)
+					first = sp->pending_end[i];
+			sp->next_try = first;
+			continue;
+		}
+		double scale = 1.0 + sp->jitter * (2 * frand() - 1);
+		uint64_t blocks = (uint64_t)((double)sp->blocks * scale) + 1;
+		uint64_t wait = core_bucket_take(&b, blocks, t);
+		if (wait != 0) {
+			sp->next_try = t + wait;
+			continue;
+		}
+		uint64_t dur = (uint64_t)((double)sp->dur_ns * scale);
+		uint64_t start = gpu_free > t ? gpu_free : t;
+		gpu_free = start + dur;
+		add_busy(start, gpu_free);
+		sp->pending_end[sp->npending++] = gpu_free;
+		sp->next_try = t + 5000; /* CPU cost of one launch */
+	}
+	return util_pct((uint64_t)WARMUP_SECONDS * 1000000000ull, end);
+}
+
+struct scenario {
+	const char *name;
+	int nprocs;
+	struct sim_proc procs[MAX_PROCS];
+	double noise_pp;
+};
+
+int main(void)
+{
+	const struct scenario scenarios[] = {
+		{ "1 process, 1 ms kernels", 1, { { .dur_ns = 1000000, .blocks = 1000 } }, 0 },
+		{ "1 process, 0.1-1.9 ms kernels", 1, { { .dur_ns = 1000000, .blocks = 1000, .jitter = 0.9 } }, 0 },
+		{ "3 processes, mixed kernels, noisy NVML", 3,
+		  { { .dur_ns = 200000, .blocks = 80, .jitter = 0.5 },
+		    { .dur_ns = 2000000, .blocks = 4000, .jitter = 0.5 },
+		    { .dur_ns = 50000, .blocks = 64, .jitter = 0.2 } },
+		  3.0 },
+		{ "1 process, tiny 20 us kernels", 1, { { .dur_ns = 20000, .blocks = 16 } }, 1.0 },
+	};
+	const int targets[] = { 30, 60 };
+	double sum_err = 0;
+	int n = 0;
+	for (size_t t = 0; t < sizeof(targets) / sizeof(targets[0]); t++) {
+		for (size_t s = 0; s < sizeof(scenarios) / sizeof(scenarios[0]); s++) {
+			struct scenario sc = scenarios[s];
+			double worst;
+			double mean = run(targets[t], sc.procs, sc.nprocs, sc.noise_pp, &worst);
+			double err = fabs(mean - targets[t]);
+			printf("core limit %d%%: %-40s mean utilisation %6.2f%% (error %.2f pp, worst 1 s window %.1f pp)\n",
+			       targets[t], sc.name, mean, err, worst);
+			CHECK(err <= 2.0, "target %d, %s: mean error %.2f pp > 2 pp", targets[t], sc.name, err);
+			sum_err += err;
+			n++;
+		}
+	}
+	printf("core limit accuracy: mean error over %d runs %.2f pp\n", n, sum_err / n);
+	return test_finish("core_sim");
+}

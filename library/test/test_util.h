@@ -26,9 +26,14 @@ static int test_failures;
 #define CHECK_EQ_INT(a, b) CHECK((long long)(a) == (long long)(b), "%s = %lld, want %lld", #a, \
 				 (long long)(a), (long long)(b))
 
-#define CHECK_STR_CONTAINS(hay, needle)                                                           \
-	CHECK((hay) != NULL && strstr((hay), (needle)) != NULL, "\"%s\" does not contain \"%s\"", \
-	      (hay) ? (hay) : "(null)", (needle))
+static inline const char *test_or_null(const char *s);
+static inline int test_contains(const char *hay, const char *needle)
+{
+	return hay != NULL && strstr(hay, needle) != NULL;
+}
+#define CHECK_STR_CONTAINS(hay, needle)                                                        \
+	CHECK(test_contains((hay), (needle)), "\"%s\" does not contain \"%s\"", test_or_null(hay), (needle))
+static inline const char *test_or_null(const char *s) { return s ? s : "(null)"; }
 
 static inline int test_finish(const char *name)
 {

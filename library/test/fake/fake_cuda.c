@@ -1,0 +1,455 @@
+/* TEST DOUBLE: a fake libcuda.so.1 with exactly the entry points libvgpu hooks or calls,
+ * plus what the test programs need (contexts, synchronisation). Device memory is host
+ * memory; usage is recorded per process in the shared state (fake_state.h); a launch
+ * occupies the device for blocks * FAKE_NS_PER_BLOCK ns, serialised like one GPU. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../src/cuda_api.h"
+#include "fake_state.h"
+
+#define API __attribute__((visibility("default")))
+
+static __thread int current_dev = -1;
+static int initialised;
+
+/* Process-local table of allocations: key -> (bytes, device). */
+struct alloc { uint64_t key, bytes; int dev; void *host; };
+static struct alloc *allocs;
+static size_t nallocs, capallocs;
+static uint32_t next_v1 = 0x1000;
+
+static CUresult record(uint64_t key, uint64_t bytes, int dev, void *host)
+{
+	if (nallocs == capallocs) {
+		size_t ncap = capallocs ? capallocs * 2 : 256;
+		struct alloc *n = realloc(allocs, ncap * sizeof(*n));
+		if (n == NULL)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		allocs = n;
+		capallocs = ncap;
+	}
+	allocs[nallocs++] = (struct alloc){ key, bytes, dev, host };
+	return CUDA_SUCCESS;
+}
+
+static int unrecord(uint64_t key, struct alloc *out)
+{
+	for (size_t i = 0; i < nallocs; i++) {
+		if (allocs[i].key == key) {
+			*out = allocs[i];
+			allocs[i] = allocs[--nallocs];
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static CUresult need_ctx(void)
+{
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return current_dev < 0 ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+}
+
+API CUresult cuInit(unsigned int flags)
+{
+	(void)flags;
+	fake_state();
+	initialised = 1;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetCount(int *count)
+{
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	*count = (int)fake_state()->ndev;
+	return CUDA_SUCCESS;
+}
+
+static int hexval(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+
+API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+	struct fake_state *s = fake_state();
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (dev < 0 || (unsigned)dev >= s->ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	const char *p = s->uuid[dev] + 4; /* after "GPU-" */
+	int n = 0;
+	while (*p && n < 16) {
+		if (*p == '-') { p++; continue; }
+		uuid->bytes[n++] = (char)(hexval(p[0]) << 4 | hexval(p[1]));
+		p += 2;
+	}
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	struct fake_state *s = fake_state();
+	if (dev < 0 || (unsigned)dev >= s->ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*bytes = s->total[dev];
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+	size_t b;
+	CUresult r = cuDeviceTotalMem_v2(&b, dev);
+	if (r == CUDA_SUCCESS)
+		*bytes = b > 0xffffffffu ? 0xffffffffu : (unsigned int)b;
+	return r;
+}
+
+/* A context is its device; creating the first one on a device costs FAKE_CTX_OVERHEAD
+ * bytes the hooks never see (like a real context). */
+API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev)
+{
+	(void)flags;
+	struct fake_state *s = fake_state();
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (dev < 0 || (unsigned)dev >= s->ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	current_dev = dev;
+	*ctx = (CUcontext)(uintptr_t)(dev + 1);
+	const char *ov = getenv("FAKE_CTX_OVERHEAD");
+	fake_lock();
+	struct fake_proc *p = fake_self();
+	if (ov != NULL && !(p->ctx_charged & (1 << dev))) {
+		p->ctx_charged |= 1 << dev;
+		fake_charge(dev, (int64_t)strtoull(ov, NULL, 10));
+	}
+	fake_unlock();
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxGetDevice(CUdevice *dev)
+{
+	CUresult r = need_ctx();
+	if (r == CUDA_SUCCESS)
+		*dev = current_dev;
+	return r;
+}
+
+API CUresult cuCtxSynchronize(void)
+{
+	CUresult r = need_ctx();
+	if (r != CUDA_SUCCESS)
+		return r;
+	uint64_t until = __atomic_load_n(&fake_state()->gpu_free_ns[current_dev], __ATOMIC_RELAXED);
+	uint64_t now = fake_now_ns();
+	if (until > now) {
+		struct timespec ts = { (time_t)((until - now) / 1000000000ull), (long)((until - now) % 1000000000ull) };
+		nanosleep(&ts, NULL);
+	}
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+	CUresult r = need_ctx();
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct fake_state *s = fake_state();
+	fake_lock();
+	uint64_t used = 0;
+	for (int i = 0; i < FAKE_MAX_PROCS; i++)
+		if (s->procs[i].pid != 0 && fake_pid_alive(s->procs[i].pid))
+			used += s->procs[i].used[current_dev];
+	fake_unlock();
+	*total = s->total[current_dev];
+	*free_bytes = used < *total ? *total - used : 0;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total)
+{
+	size_t f, t;
+	CUresult r = cuMemGetInfo_v2(&f, &t);
+	if (r == CUDA_SUCCESS) {
+		*free_bytes = f > 0xffffffffu ? 0xffffffffu : (unsigned int)f;
+		*total = t > 0xffffffffu ? 0xffffffffu : (unsigned int)t;
+	}
+	return r;
+}
+
+static CUresult alloc_on(int dev, uint64_t bytes, uint64_t *key, int v1)
+{
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (bytes == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fake_state *s = fake_state();
+	fake_lock();
+	uint64_t used = 0;
+	for (int i = 0; i < FAKE_MAX_PROCS; i++)
+		if (s->procs[i].pid != 0 && (s->procs[i].pid == getpid() || fake_pid_alive(s->procs[i].pid)))
+			used += s->procs[i].used[dev];
+	if (used + bytes > s->total[dev]) {
+		fake_unlock();
+		return CUDA_ERROR_OUT_OF_MEMORY; /* the physical device is full */
+	}
+	fake_charge(dev, (int64_t)bytes);
+	fake_unlock();
+	void *host = NULL;
+	if (v1) {
+		*key = __atomic_fetch_add(&next_v1, 0x1000, __ATOMIC_RELAXED);
+	} else {
+		host = malloc(bytes); /* untouched: costs address space, not memory */
+		if (host == NULL) {
+			fake_lock();
+			fake_charge(dev, -(int64_t)bytes);
+			fake_unlock();
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		*key = (uint64_t)(uintptr_t)host;
+	}
+	return record(*key, bytes, dev, host);
+}
+
+static CUresult free_key(uint64_t key)
+{
+	struct alloc a;
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!unrecord(key, &a))
+		return CUDA_ERROR_INVALID_VALUE;
+	free(a.host);
+	fake_lock();
+	fake_charge(a.dev, -(int64_t)a.bytes);
+	fake_unlock();
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	CUresult r = need_ctx();
+	uint64_t key;
+	if (r == CUDA_SUCCESS && (r = alloc_on(current_dev, bytesize, &key, 0)) == CUDA_SUCCESS)
+		*dptr = key;
+	return r;
+}
+
+API CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
+{
+	CUresult r = need_ctx();
+	uint64_t key;
+	if (r == CUDA_SUCCESS && (r = alloc_on(current_dev, bytesize, &key, 1)) == CUDA_SUCCESS)
+		*dptr = (CUdeviceptr_v1)key;
+	return r;
+}
+
+API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	(void)flags;
+	return cuMemAlloc_v2(dptr, bytesize);
+}
+
+API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem)
+{
+	(void)elem;
+	size_t p = (width + 255) / 256 * 256; /* this fake aligns rows to 256 bytes */
+	CUresult r = cuMemAlloc_v2(dptr, p * height);
+	if (r == CUDA_SUCCESS)
+		*pitch = p;
+	return r;
+}
+
+API CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int width, unsigned int height,
+			     unsigned int elem)
+{
+	(void)elem;
+	unsigned int p = (width + 255) / 256 * 256;
+	CUresult r = cuMemAlloc(dptr, p * height);
+	if (r == CUDA_SUCCESS)
+		*pitch = p;
+	return r;
+}
+
+API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s) { (void)s; return cuMemAlloc_v2(dptr, bytesize); }
+API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s) { (void)s; return cuMemAlloc_v2(dptr, bytesize); }
+API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p, CUstream s)
+{ (void)p; (void)s; return cuMemAlloc_v2(dptr, bytesize); }
+API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p, CUstream s)
+{ (void)p; (void)s; return cuMemAlloc_v2(dptr, bytesize); }
+
+API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+			 unsigned long long flags)
+{
+	(void)flags;
+	if (prop == NULL || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t key;
+	CUresult r = alloc_on(prop->location.id, size, &key, 0);
+	if (r == CUDA_SUCCESS)
+		*handle = key;
+	return r;
+}
+
+API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { return free_key(handle); }
+API CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_key(dptr); }
+API CUresult cuMemFree(CUdeviceptr_v1 dptr) { return free_key(dptr); }
+API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { (void)s; return free_key(dptr); }
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { (void)s; return free_key(dptr); }
+
+static uint64_t ns_per_block(void)
+{
+	static int64_t v = -1;
+	if (v < 0) {
+		const char *e = getenv("FAKE_NS_PER_BLOCK");
+		v = e ? (int64_t)strtoull(e, NULL, 10) : 1000;
+	}
+	return (uint64_t)v;
+}
+
+static CUresult launch(uint64_t blocks)
+{
+	CUresult r = need_ctx();
+	if (r != CUDA_SUCCESS || ns_per_block() == 0)
+		return r;
+	struct fake_state *s = fake_state();
+	int dev = current_dev;
+	uint64_t busy = blocks * ns_per_block();
+	fake_lock();
+	uint64_t now = fake_now_ns();
+	uint64_t start = s->gpu_free_ns[dev] > now ? s->gpu_free_ns[dev] : now;
+	s->gpu_free_ns[dev] = start + busy;
+	s->busy_total_ns[dev] += busy;
+	struct fake_interval *iv = &s->ring[dev][s->ring_head[dev]++ % FAKE_RING];
+	*iv = (struct fake_interval){ (int32_t)getpid(), 0, start, start + busy };
+	fake_unlock();
+	/* a bounded launch queue: more than 20 ms of queued work blocks the launcher */
+	if (start + busy > now + 20000000ull) {
+		uint64_t w = start + busy - now - 20000000ull;
+		struct timespec ts = { (time_t)(w / 1000000000ull), (long)(w % 1000000000ull) };
+		nanosleep(&ts, NULL);
+	}
+	return CUDA_SUCCESS;
+}
+
+#define BLOCKS(gx, gy, gz) ((uint64_t)(gx) * (gy) * (gz))
+
+API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			    unsigned bz, unsigned sh, CUstream st, void **pa, void **ex)
+{
+	(void)f; (void)bx; (void)by; (void)bz; (void)sh; (void)st; (void)pa; (void)ex;
+	return launch(BLOCKS(gx, gy, gz));
+}
+API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+				 unsigned bz, unsigned sh, CUstream st, void **pa, void **ex)
+{
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, st, pa, ex);
+}
+API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+				       unsigned by, unsigned bz, unsigned sh, CUstream st, void **pa)
+{
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, st, pa, NULL);
+}
+API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+					    unsigned by, unsigned bz, unsigned sh, CUstream st, void **pa)
+{
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, st, pa, NULL);
+}
+API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **pa, void **ex)
+{
+	(void)f; (void)pa; (void)ex;
+	return c ? launch(BLOCKS(c->gridDimX, c->gridDimY, c->gridDimZ)) : CUDA_ERROR_INVALID_VALUE;
+}
+API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **pa, void **ex)
+{
+	return cuLaunchKernelEx(c, f, pa, ex);
+}
+API CUresult cuGraphLaunch(CUgraphExec g, CUstream st) { (void)g; (void)st; return launch(1024); }
+API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream st) { (void)g; (void)st; return launch(1024); }
+
+/* Baselines for the benchmark: the same functions under names libvgpu does not hook. */
+API CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+				 unsigned bz, unsigned sh, CUstream st, void **pa, void **ex)
+{
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, st, pa, ex);
+}
+API CUresult fake_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return cuMemAlloc_v2(dptr, bytesize); }
+API CUresult fake_cuMemFree_v2(CUdeviceptr dptr) { return cuMemFree_v2(dptr); }
+
+/* cuGetProcAddress: the published version history, like the driver's. */
+API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
+API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+				 CUdriverProcAddressQueryResult *status);
+struct proc_entry { const char *base, *name; int min_version, ptds; void *fn; };
+#define E(base, name, ver, ptds) { #base, #name, ver, ptds, (void *)name }
+static const struct proc_entry proc_table[] = {
+	E(cuInit, cuInit, 2000, 0),
+	E(cuDeviceGetCount, cuDeviceGetCount, 2000, 0),
+	E(cuDeviceGetUuid, cuDeviceGetUuid, 9020, 0),
+	E(cuDeviceTotalMem, cuDeviceTotalMem, 2000, 0),
+	E(cuDeviceTotalMem, cuDeviceTotalMem_v2, 3020, 0),
+	E(cuCtxCreate, cuCtxCreate_v2, 3020, 0),
+	E(cuCtxGetDevice, cuCtxGetDevice, 2000, 0),
+	E(cuCtxSynchronize, cuCtxSynchronize, 2000, 0),
+	E(cuMemGetInfo, cuMemGetInfo, 2000, 0),
+	E(cuMemGetInfo, cuMemGetInfo_v2, 3020, 0),
+	E(cuMemAlloc, cuMemAlloc, 2000, 0),
+	E(cuMemAlloc, cuMemAlloc_v2, 3020, 0),
+	E(cuMemAllocPitch, cuMemAllocPitch, 2000, 0),
+	E(cuMemAllocPitch, cuMemAllocPitch_v2, 3020, 0),
+	E(cuMemAllocManaged, cuMemAllocManaged, 6000, 0),
+	E(cuMemAllocAsync, cuMemAllocAsync, 11020, 0),
+	E(cuMemAllocAsync, cuMemAllocAsync_ptsz, 11020, 1),
+	E(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0),
+	E(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz, 11020, 1),
+	E(cuMemCreate, cuMemCreate, 10020, 0),
+	E(cuMemRelease, cuMemRelease, 10020, 0),
+	E(cuMemFree, cuMemFree, 2000, 0),
+	E(cuMemFree, cuMemFree_v2, 3020, 0),
+	E(cuMemFreeAsync, cuMemFreeAsync, 11020, 0),
+	E(cuMemFreeAsync, cuMemFreeAsync_ptsz, 11020, 1),
+	E(cuLaunchKernel, cuLaunchKernel, 4000, 0),
+	E(cuLaunchKernel, cuLaunchKernel_ptsz, 7000, 1),
+	E(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0),
+	E(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz, 9000, 1),
+	E(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0),
+	E(cuLaunchKernelEx, cuLaunchKernelEx_ptsz, 11060, 1),
+	E(cuGraphLaunch, cuGraphLaunch, 10000, 0),
+	E(cuGraphLaunch, cuGraphLaunch_ptsz, 10000, 1),
+	E(cuGetProcAddress, cuGetProcAddress, 11030, 0),
+	E(cuGetProcAddress, cuGetProcAddress_v2, 12000, 0),
+};
+
+static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+	const struct proc_entry *best = NULL;
+	int ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+	for (int pass = 0; pass < 2 && best == NULL; pass++, ptds = 0) {
+		for (size_t i = 0; i < sizeof(proc_table) / sizeof(proc_table[0]); i++) {
+			const struct proc_entry *e = &proc_table[i];
+			if (strcmp(e->base, symbol) != 0 || e->ptds != ptds || e->min_version > version)
+				continue;
+			if (best == NULL || e->min_version > best->min_version)
+				best = e;
+		}
+	}
+	*pfn = best ? best->fn : NULL;
+	return best ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+				 CUdriverProcAddressQueryResult *status)
+{
+	CUresult r = lookup(symbol, pfn, version, flags);
+	if (status != NULL)
+		*status = r == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+	return r;
+}
+
+API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+	return lookup(symbol, pfn, version, flags);
+}

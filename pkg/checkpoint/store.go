@@ -1,0 +1,222 @@
+package checkpoint
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/fsutil"
+)
+
+// fileMode is the checkpoint's mode: it names every prepared claim and pod on the node.
+const fileMode os.FileMode = 0o600
+
+// Store is the checkpoint file and its durable content in memory. Its methods are safe for
+// concurrent use. Only one Store may write a given file (the instance lock guarantees one
+// plugin per node).
+type Store struct {
+	path string
+	// write replaces the file; fsutil.WriteFileAtomic except in tests that count writes.
+	write func(path string, data []byte, perm os.FileMode) error
+
+	// durable is what the file on disk holds. The pointed-to Data is never modified after it
+	// is published; readers deep-copy from it.
+	durable atomic.Pointer[Data]
+
+	mu      sync.Mutex
+	queue   []*update // mutations waiting for the next batch, in arrival order
+	leading bool      // a leader is committing a batch; the next one is handed leadership
+
+	// onDisk is the encoded data of the file as this Store last wrote it (nil before its
+	// first write). Only the leader touches it; leadership passes under mu.
+	onDisk []byte
+}
+
+// update is one caller's pending mutation and the channel its outcome arrives on.
+type update struct {
+	mutate func(*Data) error
+	done   chan outcome // buffered: the sender never blocks
+}
+
+// outcome is what a waiting caller receives: its result, or leadership of the next batch.
+type outcome struct {
+	err        error
+	lead       bool
+	panicked   bool
+	panicValue any
+}
+
+// Open loads the checkpoint at path. A missing file is an empty checkpoint; a file that
+// cannot be trusted is a *CorruptError. The directory must already exist. Temporary files
+// left by a write that a crash interrupted are removed.
+func Open(path string) (*Store, error) {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open checkpoint %s: directory %s: %w", path, dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("open checkpoint %s: %s is not a directory: %w", path, dir, syscall.ENOTDIR)
+	}
+	if err := fsutil.RemoveTempFiles(path); err != nil {
+		return nil, fmt.Errorf("open checkpoint %s: %w", path, err)
+	}
+	d := Data{Claims: map[string]Claim{}}
+	content, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("read checkpoint %s: %w", path, err)
+	default:
+		if d, err = decode(path, content); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{path: path, write: fsutil.WriteFileAtomic}
+	s.durable.Store(&d)
+	return s, nil
+}
+
+// Path returns the checkpoint file's path.
+func (s *Store) Path() string { return s.path }
+
+// Get returns a copy of the durable record of one claim.
+func (s *Store) Get(claimUID string) (Claim, bool) {
+	c, ok := s.durable.Load().Claims[claimUID]
+	if !ok {
+		return Claim{}, false
+	}
+	return c.DeepCopy(), true
+}
+
+// Snapshot returns a copy of the durable state: what the file on disk holds.
+func (s *Store) Snapshot() Data {
+	return s.durable.Load().DeepCopy()
+}
+
+// Update applies mutate to the state and makes the result durable before it returns nil.
+// Concurrent calls are committed together (see the package documentation). If mutate
+// returns an error, nothing it did is kept and that error is returned. If the write fails,
+// the error says so and the durable state is unchanged. mutate may run on another caller's
+// goroutine: it must be quick, do no I/O, not call the Store, not keep d or anything in it
+// after it returns, and not call runtime.Goexit (t.FailNow). A panic in mutate is re-raised
+// in the caller's goroutine.
+func (s *Store) Update(mutate func(*Data) error) error {
+	u := &update{mutate: mutate, done: make(chan outcome, 1)}
+	s.mu.Lock()
+	s.queue = append(s.queue, u)
+	lead := !s.leading
+	s.leading = true
+	s.mu.Unlock()
+	if !lead {
+		if o := <-u.done; !o.lead {
+			return o.result()
+		}
+	}
+	return s.lead(u).result()
+}
+
+// result turns an outcome into Update's return value.
+func (o outcome) result() error {
+	if o.panicked {
+		panic(o.panicValue)
+	}
+	return o.err
+}
+
+// lead commits the queued batch, which holds self, hands leadership on and wakes the batch.
+func (s *Store) lead(self *update) outcome {
+	s.mu.Lock()
+	batch := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+
+	results := s.commit(batch)
+
+	var next *update
+	s.mu.Lock()
+	if len(s.queue) > 0 {
+		next = s.queue[0]
+	} else {
+		s.leading = false
+	}
+	s.mu.Unlock()
+	if next != nil {
+		next.done <- outcome{lead: true}
+	}
+
+	var own outcome
+	for i, u := range batch {
+		if u == self {
+			own = results[i]
+			continue
+		}
+		u.done <- results[i]
+	}
+	return own
+}
+
+// commit applies a batch in order, each mutation to its own copy, writes the result once and
+// publishes it. It returns each mutation's outcome, in batch order.
+func (s *Store) commit(batch []*update) []outcome {
+	results := make([]outcome, len(batch))
+	working := s.durable.Load()
+	var applied []int
+	for i, u := range batch {
+		trial := working.DeepCopy()
+		if results[i] = apply(u.mutate, &trial); results[i].err != nil || results[i].panicked {
+			continue
+		}
+		if trial.Claims == nil {
+			trial.Claims = map[string]Claim{}
+		}
+		working = &trial
+		applied = append(applied, i)
+	}
+	if len(applied) == 0 {
+		return results
+	}
+	// Publish a copy: whatever the mutations kept references to can never reach the
+	// durable state, which must not change once published.
+	next := working.DeepCopy()
+	if err := s.persist(next); err != nil {
+		for _, i := range applied {
+			results[i].err = err
+		}
+		return results
+	}
+	s.durable.Store(&next)
+	return results
+}
+
+// apply runs one mutation, catching a panic so that the leader survives it.
+func apply(mutate func(*Data) error, d *Data) (o outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			o = outcome{panicked: true, panicValue: r}
+		}
+	}()
+	return outcome{err: mutate(d)}
+}
+
+// persist writes d to the file unless the file already holds exactly that data.
+func (s *Store) persist(d Data) error {
+	dataBytes, file, err := encode(d)
+	if err != nil {
+		return fmt.Errorf("write checkpoint %s: %w", s.path, err)
+	}
+	if s.onDisk != nil && bytes.Equal(dataBytes, s.onDisk) {
+		return nil
+	}
+	if err := s.write(s.path, file, fileMode); err != nil {
+		return fmt.Errorf("write checkpoint %s: %w", s.path, err)
+	}
+	s.onDisk = dataBytes
+	return nil
+}

@@ -1,0 +1,132 @@
+package checkpoint
+
+import (
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+)
+
+// State is where a claim stands in Prepare's state machine. A claim is recorded as
+// PrepareStarted before any host resource is created for it and becomes PrepareCompleted
+// once everything is in place, so a crash in between leaves a record that the next Prepare
+// or the cleanup loop finishes or rolls back.
+type State string
+
+const (
+	// PrepareStarted: Prepare began; directories or the CDI spec may exist in part.
+	PrepareStarted State = "PrepareStarted"
+	// PrepareCompleted: everything Prepare creates exists and the kubelet was answered.
+	PrepareCompleted State = "PrepareCompleted"
+)
+
+// Data is the content of the checkpoint (contract §7, the "data" value).
+type Data struct {
+	// BootID is the node's boot ID when the checkpoint was written; a different one at
+	// start-up means the node rebooted (tmpfs state such as CDI specs is gone).
+	BootID string `json:"bootID"`
+	// Claims are the prepared claims, keyed by claim UID.
+	Claims map[string]Claim `json:"claims"`
+}
+
+// Claim is one prepared (or half-prepared) ResourceClaim.
+type Claim struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	State     State  `json:"state"`
+	// Path says how the claim's containers get their directories; it never changes after
+	// Prepare records it, not even across restarts.
+	Path contract.ClaimPath `json:"path"`
+	// ReservedFor are the UIDs of the pods the claim is reserved for.
+	ReservedFor []string `json:"reservedFor"`
+	// RegisterUUID is the per-claim path's registration UUID; empty on the NRI path.
+	RegisterUUID string   `json:"registerUUID"`
+	Devices      []Device `json:"devices"`
+}
+
+// Device is one allocation result of a claim, with what Prepare made of it.
+type Device struct {
+	Request string `json:"request"`
+	Pool    string `json:"pool"`
+	Device  string `json:"device"`
+	// ShareID is the allocation's share ID when the device allows multiple allocations.
+	ShareID string `json:"shareID"`
+	GPUUUID string `json:"gpuUUID"`
+	// Index is the GPU's NVML index.
+	Index int `json:"index"`
+	// MemoryBytes and Cores are the consumed capacity; 0 means the whole GPU.
+	MemoryBytes  int64    `json:"memoryBytes"`
+	Cores        int64    `json:"cores"`
+	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
+}
+
+// DeepCopy returns a copy of d that shares no memory with it; nil maps and slices stay nil.
+// It runs once per mutation in a batch (see the package documentation), so it allocates one
+// backing array for all strings and one for all devices rather than a few per claim.
+func (d Data) DeepCopy() Data {
+	out := Data{BootID: d.BootID}
+	if d.Claims == nil {
+		return out
+	}
+	var a arena
+	for _, c := range d.Claims {
+		a.reserve(c)
+	}
+	a.alloc()
+	out.Claims = make(map[string]Claim, len(d.Claims))
+	for uid, c := range d.Claims {
+		out.Claims[uid] = a.claim(c)
+	}
+	return out
+}
+
+// DeepCopy returns a copy of c that shares no memory with it; nil slices stay nil.
+func (c Claim) DeepCopy() Claim {
+	var a arena
+	a.reserve(c)
+	a.alloc()
+	return a.claim(c)
+}
+
+// arena hands out the slices of a deep copy from two shared backing arrays. Every slice it
+// returns has its capacity capped at its length, so an append to one reallocates instead of
+// overwriting its neighbour.
+type arena struct {
+	nStrings, nDevices int
+	strings            []string
+	devices            []Device
+}
+
+// reserve counts the elements that copying c will take.
+func (a *arena) reserve(c Claim) {
+	a.nStrings += len(c.ReservedFor)
+	a.nDevices += len(c.Devices)
+	for _, dev := range c.Devices {
+		a.nStrings += len(dev.CDIDeviceIDs)
+	}
+}
+
+// alloc allocates what reserve counted.
+func (a *arena) alloc() {
+	a.strings = make([]string, 0, a.nStrings)
+	a.devices = make([]Device, 0, a.nDevices)
+}
+
+func (a *arena) claim(c Claim) Claim {
+	c.ReservedFor = a.stringSlice(c.ReservedFor)
+	if c.Devices != nil {
+		start := len(a.devices)
+		for _, dev := range c.Devices {
+			dev.CDIDeviceIDs = a.stringSlice(dev.CDIDeviceIDs)
+			a.devices = append(a.devices, dev)
+		}
+		c.Devices = a.devices[start:len(a.devices):len(a.devices)]
+	}
+	return c
+}
+
+func (a *arena) stringSlice(s []string) []string {
+	if s == nil {
+		return nil
+	}
+	start := len(a.strings)
+	a.strings = append(a.strings, s...)
+	return a.strings[start:len(a.strings):len(a.strings)]
+}

@@ -1,0 +1,173 @@
+package claimdir
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// EnsureClaimDir creates the claims root and the claim's directory, both 0700 and root's, as
+// needed. It is idempotent and repairs modes and owners.
+func (l Layout) EnsureClaimDir(claimUID string) error {
+	rel, err := claimRel(claimUID)
+	if err != nil {
+		return err
+	}
+	if err := l.ensure(dirSpec{rel, modePrivate}); err != nil {
+		return fmt.Errorf("ensure directory of claim %s: %w", claimUID, err)
+	}
+	return nil
+}
+
+// EnsurePerClaimDirs creates the per-claim path's directory set (and the claim directory) as
+// needed, with the modes of contract §4. It is idempotent and repairs modes and owners.
+func (l Layout) EnsurePerClaimDirs(claimUID string) (Dirs, error) {
+	rel, err := perClaimRel(claimUID)
+	if err != nil {
+		return Dirs{}, err
+	}
+	if err := l.ensure(setSpecs(rel)...); err != nil {
+		return Dirs{}, fmt.Errorf("ensure per-claim directories of claim %s: %w", claimUID, err)
+	}
+	return dirsAt(filepath.Join(l.ClaimsRoot(), rel)), nil
+}
+
+// EnsureContainerDirs creates one container's directory set (and the claim directory) as
+// needed, with the modes of contract §4. It is idempotent and repairs modes and owners; a
+// restarted container gets the same directories, with what its predecessor left in them.
+func (l Layout) EnsureContainerDirs(claimUID, podUID, containerName string) (Dirs, error) {
+	rel, err := containerRel(claimUID, podUID, containerName)
+	if err != nil {
+		return Dirs{}, err
+	}
+	if err := l.ensure(setSpecs(rel)...); err != nil {
+		return Dirs{}, fmt.Errorf("ensure directories of claim %s, pod %s, container %s: %w", claimUID, podUID, containerName, err)
+	}
+	return dirsAt(filepath.Join(l.ClaimsRoot(), rel)), nil
+}
+
+// setSpecs lists a directory set at rel, with its parents, parent first.
+func setSpecs(rel string) []dirSpec {
+	var specs []dirSpec
+	for p := filepath.Dir(rel); p != "."; p = filepath.Dir(p) {
+		specs = append(specs, dirSpec{p, modePrivate})
+	}
+	slices.Reverse(specs)
+	return append(specs,
+		dirSpec{rel, modePrivate},
+		dirSpec{filepath.Join(rel, configDirName), modeConfig},
+		dirSpec{filepath.Join(rel, vgpuLockDirName), modeShared},
+		dirSpec{filepath.Join(rel, vmemNodeDirName), modeShared},
+	)
+}
+
+func (l Layout) ensure(dirs ...dirSpec) error {
+	t, err := l.openClaims(true)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	return t.ensureDirs(dirs...)
+}
+
+// RemoveClaim removes the claim's directory with everything in it. A missing directory is
+// not an error; symlinks inside are removed, never followed.
+func (l Layout) RemoveClaim(claimUID string) error {
+	rel, err := claimRel(claimUID)
+	if err != nil {
+		return err
+	}
+	if err := l.remove(rel); err != nil {
+		return fmt.Errorf("remove directory of claim %s: %w", claimUID, err)
+	}
+	return nil
+}
+
+// RemoveContainerDirs removes one container's directory set. A missing one is not an error.
+func (l Layout) RemoveContainerDirs(claimUID, podUID, containerName string) error {
+	rel, err := containerRel(claimUID, podUID, containerName)
+	if err != nil {
+		return err
+	}
+	if err := l.remove(rel); err != nil {
+		return fmt.Errorf("remove directories of claim %s, pod %s, container %s: %w", claimUID, podUID, containerName, err)
+	}
+	return nil
+}
+
+func (l Layout) remove(rel string) error {
+	t, err := l.openClaims(false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	return t.removeAll(rel)
+}
+
+// ListContainerDirs lists the container directories of a claim, ordered by pod UID and
+// container name. The per-claim directory set and entries that are not directories named
+// "<podUID>_<containerName>" are skipped. A missing claim directory lists as empty.
+func (l Layout) ListContainerDirs(claimUID string) ([]ContainerRef, error) {
+	rel, err := claimRel(claimUID)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := l.list(rel)
+	if err != nil {
+		return nil, fmt.Errorf("list container directories of claim %s: %w", claimUID, err)
+	}
+	var refs []ContainerRef
+	for _, e := range entries {
+		if ref, ok := parseContainerDirName(e.Name()); ok && e.Type().IsDir() {
+			refs = append(refs, ref)
+		}
+	}
+	slices.SortFunc(refs, func(a, b ContainerRef) int {
+		return strings.Compare(containerDirName(a.PodUID, a.ContainerName), containerDirName(b.PodUID, b.ContainerName))
+	})
+	return refs, nil
+}
+
+// ListClaims lists the UIDs of the claims that have a directory, in ascending order.
+// Entries that are not directories named by a canonical UID are skipped.
+func (l Layout) ListClaims() ([]string, error) {
+	entries, err := l.list(".")
+	if err != nil {
+		return nil, fmt.Errorf("list claim directories: %w", err)
+	}
+	var uids []string
+	for _, e := range entries {
+		if e.Type().IsDir() && ValidateUID(e.Name()) == nil {
+			uids = append(uids, e.Name())
+		}
+	}
+	slices.Sort(uids)
+	return uids, nil
+}
+
+func (l Layout) list(rel string) ([]fs.DirEntry, error) {
+	t, err := l.openClaims(false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer t.close()
+	return t.readDir(rel)
+}
+
+// parseContainerDirName splits "<podUID>_<containerName>" and validates both parts.
+func parseContainerDirName(name string) (ContainerRef, bool) {
+	podUID, containerName, ok := strings.Cut(name, "_")
+	if !ok || ValidateUID(podUID) != nil || ValidateContainerName(containerName) != nil {
+		return ContainerRef{}, false
+	}
+	return ContainerRef{PodUID: podUID, ContainerName: containerName}, true
+}

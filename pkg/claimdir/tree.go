@@ -1,0 +1,244 @@
+package claimdir
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// Modes of the directories (contract §4). They are applied with chmod after creation, so the
+// umask cannot change them.
+const (
+	modeStateDir os.FileMode = 0o755
+	modePrivate  os.FileMode = 0o700 // claims root, claim directories, directory set roots
+	modeConfig   os.FileMode = 0o755
+	modeShared   os.FileMode = 0o777 | os.ModeSticky // vgpu_lock, vmem_node
+	modeBits                 = fs.ModePerm | os.ModeSticky | os.ModeSetuid | os.ModeSetgid
+)
+
+// UnsafePathError says that a path where the plugin expects one of its own directories is
+// not one: a symlink, another kind of file, one owned by someone else, or one replaced while
+// in use. Nothing was done through it.
+type UnsafePathError struct {
+	Path   string
+	Reason string
+}
+
+// Error names the path and what is wrong with it.
+func (e *UnsafePathError) Error() string {
+	return fmt.Sprintf("refusing to use %s: %s", e.Path, e.Reason)
+}
+
+// claimsTree is the claims root, opened as an os.Root; every operation below it goes through
+// that root. Paths are relative to it.
+type claimsTree struct {
+	root *os.Root
+	path string
+}
+
+// openClaims opens <state>/claims after checking that it is a real directory owned by this
+// process's user. With create it first creates the state directory and the claims root as
+// needed and forces the claims root to 0700. Without create, a missing claims root is an
+// error that wraps fs.ErrNotExist.
+func (l Layout) openClaims(create bool) (*claimsTree, error) {
+	path := l.ClaimsRoot()
+	if create {
+		if err := ensureStateDir(l.StateDir); err != nil {
+			return nil, err
+		}
+		if err := os.Mkdir(path, modePrivate); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("create claims root: %w", err)
+		}
+	}
+	lfi, err := os.Lstat(path)
+	if err != nil {
+		return nil, fmt.Errorf("inspect claims root: %w", err)
+	}
+	if err := checkRealDir(path, lfi); err != nil {
+		return nil, err
+	}
+	if uid, ok := ownerUID(lfi); !ok || uid != os.Geteuid() {
+		return nil, &UnsafePathError{Path: path, Reason: fmt.Sprintf("owned by uid %d, not by this process's uid %d", uid, os.Geteuid())}
+	}
+	root, err := os.OpenRoot(path)
+	if err != nil {
+		return nil, fmt.Errorf("open claims root: %w", err)
+	}
+	t := &claimsTree{root: root, path: path}
+	if fi, err := root.Stat("."); err != nil || !os.SameFile(lfi, fi) {
+		t.close()
+		return nil, &UnsafePathError{Path: path, Reason: "replaced while being opened"}
+	}
+	if create {
+		if err := t.fixDir(".", modePrivate); err != nil {
+			t.close()
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// ensureStateDir creates the state directory, 0755 whatever the umask, if it is missing. An
+// existing one is left as the administrator made it.
+func ensureStateDir(dir string) error {
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		return nil // exists, or an error that creating the claims root will report
+	}
+	if err := os.MkdirAll(dir, modeStateDir); err != nil {
+		return fmt.Errorf("create state directory: %w", err)
+	}
+	if err := os.Chmod(dir, modeStateDir); err != nil {
+		return fmt.Errorf("set mode of state directory: %w", err)
+	}
+	return nil
+}
+
+func (t *claimsTree) close() { _ = t.root.Close() }
+
+// abs is the host path of rel, for messages and for callers that need host paths.
+func (t *claimsTree) abs(rel string) string { return filepath.Join(t.path, rel) }
+
+// ensureDirs creates each of rels in order, as needed, and gives it its mode and this
+// process's ownership. Order rels parent first: each is checked to be a real directory
+// before the next descends through it.
+func (t *claimsTree) ensureDirs(dirs ...dirSpec) error {
+	for _, d := range dirs {
+		if err := t.root.Mkdir(d.rel, d.mode.Perm()); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create %s: %w", t.abs(d.rel), err)
+		}
+		if err := t.fixDir(d.rel, d.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dirSpec is a directory below the claims root and the mode it must have.
+type dirSpec struct {
+	rel  string
+	mode os.FileMode
+}
+
+// fixDir makes the real directory rel have mode and this process's ownership, changing them
+// through a descriptor verified to be the directory that Lstat saw, never by path.
+func (t *claimsTree) fixDir(rel string, mode os.FileMode) error {
+	f, fi, err := t.openDir(rel)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if fi.Mode()&modeBits != mode {
+		if err := f.Chmod(mode); err != nil {
+			return fmt.Errorf("set mode of %s: %w", t.abs(rel), err)
+		}
+	}
+	uid, gid := os.Geteuid(), os.Getegid()
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != uid || int(st.Gid) != gid) {
+		if err := f.Chown(uid, gid); err != nil {
+			return fmt.Errorf("set owner of %s: %w", t.abs(rel), err)
+		}
+	}
+	return nil
+}
+
+// openDir opens rel, which must be a real directory (not a symlink), and checks that what it
+// opened is what it checked. rel's parents must have been checked by the caller.
+func (t *claimsTree) openDir(rel string) (*os.File, fs.FileInfo, error) {
+	lfi, err := t.root.Lstat(rel)
+	if err != nil {
+		return nil, nil, fmt.Errorf("inspect %s: %w", t.abs(rel), err)
+	}
+	if err := checkRealDir(t.abs(rel), lfi); err != nil {
+		return nil, nil, err
+	}
+	f, err := t.root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", t.abs(rel), err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("inspect %s: %w", t.abs(rel), err)
+	}
+	if !os.SameFile(lfi, fi) {
+		f.Close()
+		return nil, nil, &UnsafePathError{Path: t.abs(rel), Reason: "replaced while being opened"}
+	}
+	return f, fi, nil
+}
+
+// checkParents checks that every directory above rel (below the claims root) is a real
+// directory. A missing one is an error wrapping fs.ErrNotExist.
+func (t *claimsTree) checkParents(rel string) error {
+	parent := filepath.Dir(rel)
+	if parent == "." {
+		return nil
+	}
+	if err := t.checkParents(parent); err != nil {
+		return err
+	}
+	fi, err := t.root.Lstat(parent)
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", t.abs(parent), err)
+	}
+	return checkRealDir(t.abs(parent), fi)
+}
+
+// removeAll removes rel and everything below it; a missing rel or parent is not an error.
+// A symlink is removed, never followed.
+func (t *claimsTree) removeAll(rel string) error {
+	if err := t.checkParents(rel); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	if err := t.root.RemoveAll(rel); err != nil {
+		return fmt.Errorf("remove %s: %w", t.abs(rel), err)
+	}
+	return nil
+}
+
+// readDir lists the real directory rel; a missing one lists as empty.
+func (t *claimsTree) readDir(rel string) ([]fs.DirEntry, error) {
+	if err := t.checkParents(rel); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	f, _, err := t.openDir(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", t.abs(rel), err)
+	}
+	return entries, nil
+}
+
+func checkRealDir(path string, fi fs.FileInfo) error {
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return &UnsafePathError{Path: path, Reason: "is a symlink, expected a directory"}
+	case !fi.IsDir():
+		return &UnsafePathError{Path: path, Reason: fmt.Sprintf("is not a directory (mode %v)", fi.Mode())}
+	}
+	return nil
+}
+
+func ownerUID(fi fs.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return -1, false
+	}
+	return int(st.Uid), true
+}

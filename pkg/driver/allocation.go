@@ -1,0 +1,150 @@
+package driver
+
+import (
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+)
+
+// prepareError carries the metric reason of a failed preparation.
+type prepareError struct {
+	reason string
+	err    error
+}
+
+func (e *prepareError) Error() string { return e.err.Error() }
+func (e *prepareError) Unwrap() error { return e.err }
+
+func failf(reason, format string, args ...any) error {
+	return &prepareError{reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+// devicesOf maps the claim's allocation results of this driver to checkpoint devices.
+// Memory and cores are recorded as consumed; 0 means the whole GPU (no limit): an unsized
+// request consumes the published default, which is the whole capacity, and VGPUSupport off
+// allocates whole GPUs only.
+func (d *Driver) devicesOf(claim *resourceapi.ResourceClaim) ([]checkpoint.Device, error) {
+	ref := claim.Namespace + "/" + claim.Name
+	if claim.Status.Allocation == nil {
+		return nil, failf(metrics.ReasonInvalidClaim, "claim %s is not allocated", ref)
+	}
+	var out []checkpoint.Device
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != d.cfg.DriverName {
+			continue // another driver's result in a claim shared with it
+		}
+		if r.Pool != d.cfg.NodeName {
+			return nil, failf(metrics.ReasonInvalidClaim, "claim %s: device %s of pool %s is not on this node (%s)", ref, r.Device, r.Pool, d.cfg.NodeName)
+		}
+		g, ok := d.byName[r.Device]
+		if !ok {
+			return nil, failf(metrics.ReasonInvalidClaim, "claim %s: device %s is not a GPU of node %s", ref, r.Device, d.cfg.NodeName)
+		}
+		if ev, bad := d.health.unhealthy(g.UUID); bad {
+			return nil, failf(metrics.ReasonUnhealthyDevice, "claim %s: device %s (%s) is unhealthy: %s", ref, r.Device, g.UUID, ev.Reason)
+		}
+		dev := checkpoint.Device{
+			Request: r.Request, Pool: r.Pool, Device: r.Device,
+			GPUUUID: g.UUID, Index: g.Index,
+		}
+		if r.ShareID != nil {
+			dev.ShareID = string(*r.ShareID)
+		}
+		if d.cfg.VGPU {
+			mem, err := consumedMemory(r, publishedMemory(g, d.cfg.MemoryReserve))
+			if err != nil {
+				return nil, failf(metrics.ReasonInvalidClaim, "claim %s: device %s: %v", ref, r.Device, err)
+			}
+			cores, err := consumedCores(r)
+			if err != nil {
+				return nil, failf(metrics.ReasonInvalidClaim, "claim %s: device %s: %v", ref, r.Device, err)
+			}
+			dev.MemoryBytes, dev.Cores = mem, cores
+		}
+		out = append(out, dev)
+	}
+	return out, nil
+}
+
+// consumedMemory returns the bytes to limit the container to, 0 for the whole GPU.
+func consumedMemory(r resourceapi.DeviceRequestAllocationResult, published int64) (int64, error) {
+	q, ok := r.ConsumedCapacity[contract.CapacityMemory]
+	if !ok {
+		return 0, nil
+	}
+	v, ok := q.AsInt64()
+	if !ok || v <= 0 {
+		return 0, fmt.Errorf("consumed memory %s is not a positive whole number of bytes", q.String())
+	}
+	if v%mib != 0 {
+		return 0, fmt.Errorf("consumed memory %s is not a multiple of 1Mi", q.String())
+	}
+	if v >= published {
+		return 0, nil
+	}
+	return v, nil
+}
+
+// consumedCores returns the percentage of SMs to limit the container to, 0 for all of them.
+func consumedCores(r resourceapi.DeviceRequestAllocationResult) (int64, error) {
+	q, ok := r.ConsumedCapacity[contract.CapacityCores]
+	if !ok {
+		return 0, nil
+	}
+	v, ok := q.AsInt64()
+	if !ok || v <= 0 || v > coresTotal {
+		return 0, fmt.Errorf("consumed cores %s is not a whole number in 1–%d", q.String(), coresTotal)
+	}
+	if v == coresTotal {
+		return 0, nil
+	}
+	return v, nil
+}
+
+// checkCapacity is the last line of defence against a double allocation: the scheduler should
+// never hand out more of a GPU than it has, but if it does (a stale slice, a bug), the claim
+// that would exceed it is refused here rather than silently overcommitting the GPU.
+// It runs inside the checkpoint update, so concurrent Prepares see each other.
+func (d *Driver) checkCapacity(data *checkpoint.Data, uid string, devs []checkpoint.Device) error {
+	type use struct{ mem, cores int64 }
+	used := map[string]use{}
+	add := func(dev checkpoint.Device) {
+		g := d.byName[dev.Device]
+		mem, cores := dev.MemoryBytes, dev.Cores
+		if mem == 0 {
+			mem = publishedMemory(g, d.cfg.MemoryReserve)
+		}
+		if cores == 0 {
+			cores = coresTotal
+		}
+		u := used[dev.GPUUUID]
+		used[dev.GPUUUID] = use{u.mem + mem, u.cores + cores}
+	}
+	for other, c := range data.Claims {
+		if other == uid {
+			continue
+		}
+		for _, dev := range c.Devices {
+			add(dev)
+		}
+	}
+	for _, dev := range devs {
+		add(dev)
+	}
+	for _, dev := range devs {
+		g := d.byName[dev.Device]
+		u := used[dev.GPUUUID]
+		if u.mem > publishedMemory(g, d.cfg.MemoryReserve) || u.cores > coresTotal {
+			return failf(metrics.ReasonOvercommitted,
+				"device %s would be overcommitted (%s memory and %d%% cores allocated in all, of %s and 100%%)",
+				dev.Device, resource.NewQuantity(u.mem, resource.BinarySI), u.cores,
+				resource.NewQuantity(publishedMemory(g, d.cfg.MemoryReserve), resource.BinarySI))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,220 @@
+// Package driver is the DRA kubelet plugin proper: it publishes the node's GPUs as ResourceSlices
+// and implements kubeletplugin.DRAPlugin (Prepare, Unprepare, WatchHealthStatus). It keeps the
+// prepared state in the checkpoint and turns allocations into claim directories and CDI specs.
+//
+// It knows nothing of feature gates or flags: cmd turns those into Config.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
+	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
+	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
+	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+)
+
+// Config is the plain configuration of the driver.
+type Config struct {
+	DriverName string
+	NodeName   string
+	// MemoryReserve is subtracted from every GPU's published memory (bytes).
+	MemoryReserve int64
+	// VGPU publishes GPUs as shareable with consumable memory and cores (gate VGPUSupport).
+	VGPU bool
+	// BootID identifies this boot of the node (/proc/sys/kernel/random/boot_id).
+	BootID string
+}
+
+// PathSelector decides, when a claim is first prepared, which path its containers take
+// (contract §3). The decision is recorded in the checkpoint and never changes afterwards.
+type PathSelector interface {
+	ClaimPath(ctx context.Context) contract.ClaimPath
+}
+
+// StaticPath always selects the same path.
+type StaticPath contract.ClaimPath
+
+// ClaimPath implements PathSelector.
+func (p StaticPath) ClaimPath(context.Context) contract.ClaimPath { return contract.ClaimPath(p) }
+
+// Publisher publishes ResourceSlices; *kubeletplugin.Helper implements it.
+type Publisher interface {
+	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
+}
+
+// Deps are the driver's collaborators, injected so tests can use temp dirs and fakes.
+type Deps struct {
+	Devices    []gpu.Device // the node's GPUs, sorted by index
+	Checkpoint *checkpoint.Store
+	CDI        *cdi.Writer
+	Dirs       claimdir.Layout
+	Metrics    *metrics.Metrics
+	Paths      PathSelector
+	// NewUUID mints per-claim register UUIDs (canonical lower-case).
+	NewUUID func() string
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// SysfsRoot, when set, is where PCI topology is read from (tests); "/" otherwise.
+	SysfsRoot string
+}
+
+// Driver implements kubeletplugin.DRAPlugin.
+type Driver struct {
+	cfg          Config
+	deps         Deps
+	devices      []gpu.Device
+	byName       map[string]gpu.Device
+	health       *deviceHealth
+	locks        *claimLocks
+	publisher    Publisher
+	sysfsOptions []deviceattribute.MachineModifier
+	now          func() time.Time
+}
+
+var _ kubeletplugin.DRAPlugin = &Driver{}
+
+// New checks the configuration and returns a driver that has not yet touched the disk.
+func New(cfg Config, deps Deps) (*Driver, error) {
+	switch {
+	case cfg.DriverName == "":
+		return nil, errors.New("driver name is empty")
+	case cfg.NodeName == "":
+		return nil, errors.New("node name is empty")
+	case cfg.MemoryReserve < 0:
+		return nil, fmt.Errorf("memory reserve %d is negative", cfg.MemoryReserve)
+	case deps.Checkpoint == nil || deps.CDI == nil || deps.Metrics == nil || deps.Paths == nil || deps.NewUUID == nil:
+		return nil, errors.New("driver dependencies are incomplete")
+	}
+	d := &Driver{
+		cfg: cfg, deps: deps, devices: deps.Devices,
+		byName: map[string]gpu.Device{}, health: newDeviceHealth(), locks: newClaimLocks(),
+		now: deps.Now,
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
+	if deps.SysfsRoot != "" {
+		d.sysfsOptions = append(d.sysfsOptions, deviceattribute.WithFSFromRoot(deps.SysfsRoot))
+	}
+	for _, g := range deps.Devices {
+		d.byName[DeviceName(g.Index)] = g
+	}
+	return d, nil
+}
+
+// Recover brings the disk in line with the checkpoint before anything is served: completed
+// claims get their missing claim directories and CDI specs back (a reboot empties /var/run/cdi),
+// claims left in PrepareStarted by a crash are rolled back (the kubelet prepares them again), and
+// claim directories that no checkpoint entry owns are removed.
+func (d *Driver) Recover(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	snap := d.deps.Checkpoint.Snapshot()
+	if snap.BootID != d.cfg.BootID {
+		if snap.BootID != "" {
+			logger.Info("Node rebooted since the checkpoint was written; re-creating CDI specs", "claims", len(snap.Claims))
+		}
+		if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
+			data.BootID = d.cfg.BootID
+			return nil
+		}); err != nil {
+			return fmt.Errorf("record boot ID in checkpoint: %w", err)
+		}
+	}
+	var errs []error
+	for uid, claim := range snap.Claims {
+		switch claim.State {
+		case checkpoint.PrepareCompleted:
+			if err := d.ensureFiles(uid, claim); err != nil {
+				errs = append(errs, fmt.Errorf("restore files of claim %s/%s (%s): %w", claim.Namespace, claim.Name, uid, err))
+			}
+		default:
+			logger.Info("Rolling back a claim whose preparation did not complete", "claim", klog.KRef(claim.Namespace, claim.Name), "uid", uid)
+			if err := d.unprepareOne(uid); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := d.removeOrphanDirs(logger); err != nil {
+		errs = append(errs, err)
+	}
+	d.updateGauges()
+	return errors.Join(errs...)
+}
+
+func (d *Driver) removeOrphanDirs(logger klog.Logger) error {
+	uids, err := d.deps.Dirs.ListClaims()
+	if err != nil {
+		return fmt.Errorf("list claim directories: %w", err)
+	}
+	for _, uid := range uids {
+		if _, ok := d.deps.Checkpoint.Get(uid); ok {
+			continue
+		}
+		logger.Info("Removing the directory of a claim that is not prepared", "uid", uid)
+		if err := d.deps.Dirs.RemoveClaim(uid); err != nil {
+			return fmt.Errorf("remove orphan claim directory %s: %w", uid, err)
+		}
+	}
+	return nil
+}
+
+// Start publishes the ResourceSlice through p and follows GPU health events (when events is
+// not nil) until ctx ends.
+func (d *Driver) Start(ctx context.Context, p Publisher, events <-chan gpu.HealthEvent) error {
+	d.publisher = p
+	if err := d.publish(ctx); err != nil {
+		return err
+	}
+	if events != nil {
+		go d.runHealthEvents(ctx, events)
+	}
+	return nil
+}
+
+func (d *Driver) publish(ctx context.Context) error {
+	if d.publisher == nil {
+		return nil
+	}
+	res := d.buildResources(klog.FromContext(ctx))
+	if err := d.publisher.PublishResources(ctx, res); err != nil {
+		return fmt.Errorf("publish ResourceSlice for node %s: %w", d.cfg.NodeName, err)
+	}
+	d.deps.Metrics.PublishedDevices.Set(float64(len(d.devices)))
+	return nil
+}
+
+// Resources returns what the driver publishes (for tests and the debug endpoint).
+func (d *Driver) Resources(ctx context.Context) resourceslice.DriverResources {
+	return d.buildResources(klog.FromContext(ctx))
+}
+
+// HandleError implements kubeletplugin.DRAPlugin. Background errors (ResourceSlice publishing)
+// are logged; none of them is fixed by restarting the process, so none is fatal. Invalid slices
+// and dropped fields are logged as errors because retrying will not resolve them.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	var dropped *resourceslice.DroppedFieldsError
+	switch {
+	case errors.As(err, &dropped):
+		msg += " (the API server dropped fields: is a needed feature gate off?)"
+	case apierrors.IsInvalid(err):
+		msg += " (the API server rejected the ResourceSlice)"
+	}
+	runtime.HandleErrorWithContext(ctx, err, msg)
+}
+
+func (d *Driver) updateGauges() {
+	d.deps.Metrics.PreparedClaims.Set(float64(len(d.deps.Checkpoint.Snapshot().Claims)))
+}

@@ -1,0 +1,213 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
+	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+)
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin. Claims of one call are prepared in
+// parallel (the checkpoint's group commit coalesces their writes); each claim under its own lock.
+//
+// Must be idempotent: the kubelet calls it again after its own restart and after a reboot, and
+// retries failures. A claim found completed in the checkpoint gets any missing file re-created
+// before the answer (a reboot empties /var/run/cdi; answering from the checkpoint alone leaves
+// the pod in CreateContainerError — kubernetes issue 141433).
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, claim := range claims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := d.now()
+			devices, err := d.prepareOne(ctx, claim)
+			d.deps.Metrics.PrepareDuration.Observe(d.now().Sub(start).Seconds())
+			if err != nil {
+				d.deps.Metrics.PrepareErrors.WithLabelValues(reasonOf(err)).Inc()
+				klog.FromContext(ctx).Error(err, "Preparing claim failed", "claim", klog.KObj(claim))
+			}
+			mu.Lock()
+			results[claim.UID] = kubeletplugin.PrepareResult{Devices: devices, Err: err}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	d.updateGauges()
+	return results, nil
+}
+
+func reasonOf(err error) string {
+	var pe *prepareError
+	if errors.As(err, &pe) {
+		return pe.reason
+	}
+	return metrics.ReasonFilesystem
+}
+
+func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	uid := string(claim.UID)
+	unlock := d.locks.lock(uid)
+	defer unlock()
+	logger := klog.FromContext(ctx)
+
+	reservedFor := podUIDs(claim)
+	if prepared, ok := d.deps.Checkpoint.Get(uid); ok && prepared.State == checkpoint.PrepareCompleted {
+		if err := d.ensureFiles(uid, prepared); err != nil {
+			return nil, fmt.Errorf("re-create files of prepared claim %s: %w", klog.KObj(claim), err)
+		}
+		if !slices.Equal(prepared.ReservedFor, reservedFor) {
+			if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
+				c, ok := data.Claims[uid]
+				if !ok {
+					return fmt.Errorf("claim %s vanished from the checkpoint", uid)
+				}
+				c.ReservedFor = reservedFor
+				data.Claims[uid] = c
+				return nil
+			}); err != nil {
+				return nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record reservedFor of claim %s: %w", klog.KObj(claim), err)}
+			}
+		}
+		logger.V(4).Info("Claim already prepared", "claim", klog.KObj(claim))
+		return resultDevices(prepared.Devices), nil
+	}
+
+	devs, err := d.devicesOf(claim)
+	if err != nil {
+		return nil, err
+	}
+	prepared := checkpoint.Claim{
+		Namespace: claim.Namespace, Name: claim.Name, State: checkpoint.PrepareStarted,
+		ReservedFor: reservedFor, Devices: devs,
+	}
+	if d.cfg.VGPU {
+		prepared.Path = d.deps.Paths.ClaimPath(ctx)
+	}
+	if prepared.Path == contract.PathPerClaim {
+		if err := onePerGPU(devs); err != nil {
+			return nil, failf(metrics.ReasonInvalidClaim, "claim %s: %v; one directory set serves the whole claim on the per-claim path, so it needs the NRI path (NRISupport and a runtime with NRI)", klog.KObj(claim), err)
+		}
+		prepared.RegisterUUID = d.deps.NewUUID()
+	}
+	cdiClaim := d.cdiClaim(uid, prepared)
+	ids := d.deps.CDI.DeviceIDs(cdiClaim)
+	for i := range prepared.Devices {
+		prepared.Devices[i].CDIDeviceIDs = ids[i]
+	}
+
+	// Two-phase: PrepareStarted is durable before any file exists, so a crash in between leaves
+	// something the next Prepare or the start-up recovery knows to finish or roll back.
+	if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
+		if err := d.checkCapacity(data, uid, prepared.Devices); err != nil {
+			return err
+		}
+		if data.Claims == nil {
+			data.Claims = map[string]checkpoint.Claim{}
+		}
+		data.Claims[uid] = prepared
+		return nil
+	}); err != nil {
+		var pe *prepareError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+		}
+		return nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s as started: %w", klog.KObj(claim), err)}
+	}
+	if err := d.ensureFiles(uid, prepared); err != nil {
+		return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
+	}
+	prepared.State = checkpoint.PrepareCompleted
+	if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
+		data.Claims[uid] = prepared
+		return nil
+	}); err != nil {
+		return nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s as completed: %w", klog.KObj(claim), err)}
+	}
+	logger.V(2).Info("Prepared claim", "claim", klog.KObj(claim), "path", prepared.Path, "devices", len(devs))
+	return resultDevices(prepared.Devices), nil
+}
+
+// ensureFiles creates whatever of the claim's directories and CDI spec is missing.
+func (d *Driver) ensureFiles(uid string, c checkpoint.Claim) error {
+	if err := d.deps.Dirs.EnsureClaimDir(uid); err != nil {
+		return fmt.Errorf("create claim directory: %w", err)
+	}
+	if c.Path == contract.PathPerClaim {
+		if _, err := d.deps.Dirs.EnsurePerClaimDirs(uid); err != nil {
+			return fmt.Errorf("create per-claim directories: %w", err)
+		}
+	}
+	if err := d.deps.CDI.Write(d.cdiClaim(uid, c)); err != nil {
+		return fmt.Errorf("write CDI spec: %w", err)
+	}
+	return nil
+}
+
+func (d *Driver) cdiClaim(uid string, c checkpoint.Claim) cdi.Claim {
+	out := cdi.Claim{UID: uid, Path: c.Path, RegisterUUID: c.RegisterUUID}
+	if c.Path == contract.PathPerClaim {
+		if dirs, err := d.deps.Dirs.PerClaimDirs(uid); err == nil {
+			out.PerClaimDirs = cdi.PerClaimDirs{Config: dirs.Config, VGPULock: dirs.VGPULock, VMemNode: dirs.VMemNode}
+		}
+	}
+	for _, dev := range c.Devices {
+		out.Results = append(out.Results, cdi.Result{
+			Request: dev.Request, Device: dev.Device, ShareID: dev.ShareID,
+			GPUIndex: dev.Index, GPUUUID: dev.GPUUUID, MemoryBytes: dev.MemoryBytes, Cores: dev.Cores,
+		})
+	}
+	return out
+}
+
+func resultDevices(devs []checkpoint.Device) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(devs))
+	for _, dev := range devs {
+		kd := kubeletplugin.Device{
+			Requests: []string{dev.Request}, PoolName: dev.Pool, DeviceName: dev.Device,
+			CDIDeviceIDs: dev.CDIDeviceIDs,
+		}
+		if dev.ShareID != "" {
+			share := types.UID(dev.ShareID)
+			kd.ShareID = &share
+		}
+		out = append(out, kd)
+	}
+	return out
+}
+
+// podUIDs lists the pods the claim is reserved for, sorted.
+func podUIDs(claim *resourceapi.ResourceClaim) []string {
+	var out []string
+	for _, ref := range claim.Status.ReservedFor {
+		if ref.Resource == "pods" && ref.APIGroup == "" {
+			out = append(out, string(ref.UID))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func onePerGPU(devs []checkpoint.Device) error {
+	seen := map[string]string{}
+	for _, dev := range devs {
+		if other, dup := seen[dev.GPUUUID]; dup {
+			return fmt.Errorf("requests %q and %q both got device %s", other, dev.Request, dev.Device)
+		}
+		seen[dev.GPUUUID] = dev.Request
+	}
+	return nil
+}

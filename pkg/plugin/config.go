@@ -1,0 +1,106 @@
+// Package plugin assembles the vgpu-kubelet-plugin process from its parts: instance lock,
+// inventory, checkpoint, CDI writer, driver, kubelet registration, health and metrics. cmd turns
+// flags into Config; tests start the same assembly in-process with fakes for the API server
+// and the GPUs.
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+)
+
+// Config is everything the process is told on its command line, as plain values.
+type Config struct {
+	NodeName   string
+	DriverName string
+	// StateDir holds claim directories, the registry socket and the library (contract §1).
+	StateDir string
+	// KubeletDir is the kubelet's root; every kubelet path derives from it.
+	KubeletDir string
+	CDIDir     string
+	// DeviceSource is "nvml" or "simulated:<profile>[:<count>]".
+	DeviceSource string
+	// MemoryReserve is subtracted from every GPU's published memory, in bytes.
+	MemoryReserve int64
+	GPUInjection  cdi.Injection
+	GPUCDIKind    string
+	// HealthAddress serves grpc.health.v1 (e.g. ":51515"); empty disables it.
+	HealthAddress string
+	// MetricsAddress serves /metrics; empty disables it.
+	MetricsAddress string
+	Kubeconfig     string
+	KubeAPIQPS     float32
+	KubeAPIBurst   int
+
+	// Feature gates, resolved by cmd.
+	VGPU        bool
+	NRI         bool
+	HealthCheck bool
+}
+
+// PluginDataDir is the kubelet plugin data directory: <kubelet>/plugins/<driver>.
+func (c Config) PluginDataDir() string {
+	return filepath.Join(c.KubeletDir, "plugins", c.DriverName)
+}
+
+// RegistrarDir is where the kubelet watches for plugin registration sockets.
+func (c Config) RegistrarDir() string { return filepath.Join(c.KubeletDir, "plugins_registry") }
+
+// RegistrarSocket is the registration socket the helper creates for this driver.
+func (c Config) RegistrarSocket() string {
+	return filepath.Join(c.RegistrarDir(), c.DriverName+"-reg.sock")
+}
+
+// DRASocket is the socket the kubelet calls NodePrepareResources on.
+func (c Config) DRASocket() string { return filepath.Join(c.PluginDataDir(), "dra.sock") }
+
+// CheckpointPath is <plugin data dir>/checkpoint.json.
+func (c Config) CheckpointPath() string {
+	return filepath.Join(c.PluginDataDir(), contract.CheckpointFile)
+}
+
+// InstanceLockPath is <plugin data dir>/instance.lock.
+func (c Config) InstanceLockPath() string {
+	return filepath.Join(c.PluginDataDir(), contract.InstanceLockFile)
+}
+
+// Validate reports every problem of the configuration at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("--node-name (or NODE_NAME) is required"))
+	}
+	if c.DriverName == "" {
+		errs = append(errs, errors.New("--driver-name is empty"))
+	}
+	for flag, dir := range map[string]string{"--state-dir": c.StateDir, "--kubelet-dir": c.KubeletDir, "--cdi-dir": c.CDIDir} {
+		if !filepath.IsAbs(dir) {
+			errs = append(errs, fmt.Errorf("%s %q must be an absolute path", flag, dir))
+		}
+	}
+	if c.MemoryReserve < 0 {
+		errs = append(errs, fmt.Errorf("--memory-reserve must not be negative"))
+	}
+	switch c.GPUInjection {
+	case cdi.InjectionCDI, cdi.InjectionEnv, cdi.InjectionNone:
+	default:
+		errs = append(errs, fmt.Errorf("--gpu-injection %q: want cdi, env or none", c.GPUInjection))
+	}
+	if c.NRI && !c.VGPU {
+		errs = append(errs, errors.New("feature gate NRISupport requires VGPUSupport"))
+	}
+	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
+		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
+	}
+	// Unix socket paths are limited to 108 bytes; the kubelet's and ours must fit.
+	for _, sock := range []string{c.DRASocket(), c.RegistrarSocket()} {
+		if len(sock) >= 100 {
+			errs = append(errs, fmt.Errorf("socket path %s is %d bytes; unix sockets need under 100: shorten --kubelet-dir or --driver-name", sock, len(sock)))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -100,11 +100,11 @@ func (d *Driver) buildDevice(logger klog.Logger, g gpu.Device) resourceapi.Devic
 func (d *Driver) attributes(logger klog.Logger, g gpu.Device) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		"type":        str(attributeType),
-		"uuid":        str(g.UUID),
-		"index":       {IntValue: ptr.To(int64(g.Index))},
-		"productName": str(g.ProductName),
-		"brand":       str(g.Brand),
+		"type":         str(attributeType),
+		"uuid":         str(g.UUID),
+		"index":        {IntValue: ptr.To(int64(g.Index))},
+		"productName":  str(g.ProductName),
+		"brand":        str(g.Brand),
 		"architecture": str(g.Architecture),
 	}
 	addVersion := func(name resourceapi.QualifiedName, v string, err error) {

@@ -15,6 +15,8 @@
 
 #include <link.h>
 #include <stddef.h>
+#include <string.h>
+#include <sys/auxv.h>
 
 #include "hook_table.h"
 
@@ -34,13 +36,24 @@ static struct link_map *object_of(const void *addr)
 	return map;
 }
 
+/* The vDSO sits in the link map but not in any search scope: glibc never answers a
+ * lookup with it. */
+static int is_vdso(const struct link_map *m)
+{
+	unsigned long base = getauxval(AT_SYSINFO_EHDR);
+	return (base != 0 && m->l_addr == base) || strncmp(m->l_name, "linux-vdso", 10) == 0 ||
+	       strncmp(m->l_name, "linux-gate", 10) == 0;
+}
+
 /* glibc's RTLD_NEXT for a given caller: the first definition in the objects loaded after
- * the caller's. */
+ * the caller's. Known difference: glibc searches only the global scope, so an object
+ * dlopen()ed RTLD_LOCAL after the caller is skipped there and considered here -- it can
+ * only matter for a name that no object of the global scope defines. */
 static void *next_after(const void *caller, const char *name)
 {
 	struct link_map *self = object_of(caller);
 	for (struct link_map *m = self ? self->l_next : NULL; m != NULL; m = m->l_next) {
-		if (m->l_name == NULL || m->l_name[0] == '\0')
+		if (m->l_name == NULL || m->l_name[0] == '\0' || is_vdso(m))
 			continue;
 		/* A proper handle: objects loaded at start-up may lack a search list until
 		 * dlopen()ed; RTLD_NOLOAD never loads anything. */

@@ -30,9 +30,12 @@ __asm__(".symver dlopen, dlopen@" VGPU_GLIBC_BASE);
 __asm__(".symver dlclose, dlclose@" VGPU_GLIBC_BASE);
 __asm__(".symver dlerror, dlerror@" VGPU_GLIBC_BASE);
 __asm__(".symver dladdr1, dladdr1@" VGPU_GLIBC_DL_EXT);
+__asm__(".symver dlvsym, dlvsym@" VGPU_GLIBC_BASE);
 
-/* The library defines its own dlsym (dlsym_hook.c); libc's is reached under this name. */
-extern void *vgpu_libc_dlsym(void *handle, const char *name);
-__asm__(".symver vgpu_libc_dlsym, dlsym@" VGPU_GLIBC_BASE);
+/* The library defines its own dlsym (dlsym_hook.c), and an unversioned definition wins
+ * the dynamic lookup of every versioned dlsym reference, our own included. libc's dlsym
+ * is therefore fetched with dlvsym from the library that defines it (libc.so.6 since
+ * glibc 2.34, libdl.so.2 before) -- see real_dlsym.c. */
+void *vgpu_libc_dlsym(void *handle, const char *name);
 
 #endif

@@ -1,0 +1,339 @@
+/* A CUDA "application" for the preload tests, linked against the fake driver like a
+ * program linked with -lcuda. Commands:
+ *   routes <linked|dlsym|default|next|oldsym|procaddr>  resolve every hooked entry point
+ *        through one route, check it is libvgpu's hook for exactly that variant, then check
+ *        the limit through the resolved functions
+ *   init                 cuInit and nvmlInit_v2 results
+ *   info                 memory info through CUDA and NVML, the NVML process list
+ *   alloc <MiB>...       allocate, print each result, keep
+ *   hold <MiB>           allocate, print "held", wait to be killed
+ *   fill <MiB> <dir>     allocate chunks until OOM; in phases driven by files in <dir>
+ *   launch <seconds> <blocks>  launch kernels back to back (core-limit measurement)
+ * Results are printed, never asserted here: the harness asserts what it reads. */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../src/hooks.h"
+
+CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxSynchronize(void);
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
+
+/* dlsym as an application built on glibc < 2.34 references it */
+extern void *old_dlsym(void *, const char *);
+__asm__(".symver old_dlsym, dlsym@GLIBC_2.2.5");
+
+#define MiB (1024ull * 1024ull)
+static int failures;
+#define FAIL(...) (printf("FAIL " __VA_ARGS__), printf("\n"), failures++)
+
+static uint64_t limit_bytes(void)
+{
+	const char *v = getenv("CUDA_MEM_LIMIT_0");
+	return v ? strtoull(v, NULL, 10) * MiB : 0;
+}
+
+static void setup(void)
+{
+	CUcontext ctx;
+	CUresult r = cuInit(0);
+	if (r != CUDA_SUCCESS) {
+		printf("cuInit=%d\n", r);
+		exit(0);
+	}
+	if (cuCtxCreate_v2(&ctx, 0, 0) != CUDA_SUCCESS)
+		exit(5);
+}
+
+#define N(x) { #x, (void *)&x }
+static const struct { const char *name; void *linked; } cuda_names[] = {
+	N(cuInit), N(cuGetProcAddress), N(cuGetProcAddress_v2), N(cuDeviceTotalMem), N(cuDeviceTotalMem_v2),
+	N(cuMemGetInfo), N(cuMemGetInfo_v2), N(cuMemAlloc), N(cuMemAlloc_v2), N(cuMemAllocPitch),
+	N(cuMemAllocPitch_v2), N(cuMemAllocManaged), N(cuMemAllocAsync), N(cuMemAllocAsync_ptsz),
+	N(cuMemAllocFromPoolAsync), N(cuMemAllocFromPoolAsync_ptsz), N(cuMemCreate), N(cuMemRelease),
+	N(cuMemFree), N(cuMemFree_v2), N(cuMemFreeAsync), N(cuMemFreeAsync_ptsz), N(cuLaunchKernel),
+	N(cuLaunchKernel_ptsz), N(cuLaunchCooperativeKernel), N(cuLaunchCooperativeKernel_ptsz),
+	N(cuLaunchKernelEx), N(cuLaunchKernelEx_ptsz), N(cuGraphLaunch), N(cuGraphLaunch_ptsz),
+};
+static const struct { const char *name; void *linked; } nvml_names[] = {
+	N(nvmlInit), N(nvmlInit_v2), N(nvmlInitWithFlags), N(nvmlDeviceGetMemoryInfo),
+	N(nvmlDeviceGetMemoryInfo_v2), N(nvmlDeviceGetComputeRunningProcesses),
+	N(nvmlDeviceGetComputeRunningProcesses_v2), N(nvmlDeviceGetComputeRunningProcesses_v3),
+};
+
+/* p must be libvgpu's export of exactly `name` */
+static void expect_hook(const char *route, const char *name, void *p)
+{
+	Dl_info info;
+	if (p == NULL) {
+		FAIL("%s %s: not found", route, name);
+		return;
+	}
+	if (dladdr(p, &info) == 0 || info.dli_sname == NULL || strstr(info.dli_fname, "libvgpu") == NULL ||
+	    strcmp(info.dli_sname, name) != 0) {
+		FAIL("%s %s: resolved to %s in %s", route, name, info.dli_sname ? info.dli_sname : "?",
+		     info.dli_fname ? info.dli_fname : "?");
+		return;
+	}
+	printf("ok %s %s\n", route, name);
+}
+
+static void *resolve(const char *route, void *handle, const char *name, void *linked)
+{
+	if (strcmp(route, "linked") == 0)
+		return linked;
+	if (strcmp(route, "dlsym") == 0)
+		return dlsym(handle, name);
+	if (strcmp(route, "default") == 0)
+		return dlsym(RTLD_DEFAULT, name);
+	if (strcmp(route, "next") == 0)
+		return dlsym(RTLD_NEXT, name);
+	if (strcmp(route, "oldsym") == 0)
+		return old_dlsym(handle, name);
+	return NULL;
+}
+
+struct procaddr_case { const char *base; int version; int flags; const char *want; };
+static const struct procaddr_case procaddr_cases[] = {
+	{ "cuMemAlloc", 3000, 0, "cuMemAlloc" },
+	{ "cuMemAlloc", 12000, 0, "cuMemAlloc_v2" },
+	{ "cuMemGetInfo", 3020, 0, "cuMemGetInfo_v2" },
+	{ "cuDeviceTotalMem", 12000, 0, "cuDeviceTotalMem_v2" },
+	{ "cuMemAllocPitch", 12000, 0, "cuMemAllocPitch_v2" },
+	{ "cuMemFree", 12000, 2, "cuMemFree_v2" }, /* no per-thread variant: the legacy one */
+	{ "cuMemFreeAsync", 12000, 2, "cuMemFreeAsync_ptsz" },
+	{ "cuMemAllocAsync", 12000, 2, "cuMemAllocAsync_ptsz" },
+	{ "cuMemAllocAsync", 12000, 1, "cuMemAllocAsync" },
+	{ "cuMemAllocFromPoolAsync", 12000, 2, "cuMemAllocFromPoolAsync_ptsz" },
+	{ "cuMemCreate", 12000, 0, "cuMemCreate" },
+	{ "cuMemRelease", 12000, 0, "cuMemRelease" },
+	{ "cuMemAllocManaged", 12000, 0, "cuMemAllocManaged" },
+	{ "cuLaunchKernel", 12000, 0, "cuLaunchKernel" },
+	{ "cuLaunchKernel", 12000, 2, "cuLaunchKernel_ptsz" },
+	{ "cuLaunchCooperativeKernel", 12000, 2, "cuLaunchCooperativeKernel_ptsz" },
+	{ "cuLaunchKernelEx", 12000, 2, "cuLaunchKernelEx_ptsz" },
+	{ "cuLaunchKernelEx", 12000, 0, "cuLaunchKernelEx" },
+	{ "cuGraphLaunch", 12000, 2, "cuGraphLaunch_ptsz" },
+	{ "cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2" },
+	{ "cuGetProcAddress", 11030, 0, "cuGetProcAddress" },
+	{ "cuInit", 12000, 0, "cuInit" },
+};
+
+static void check_limit(const char *route, __typeof__(&cuMemGetInfo_v2) info, __typeof__(&cuMemAlloc_v2) alloc,
+			__typeof__(&cuMemFree_v2) rfree)
+{
+	size_t f = 0, t = 0;
+	uint64_t limit = limit_bytes();
+	CUresult r = info(&f, &t);
+	if (r != CUDA_SUCCESS || t != limit || f != limit)
+		FAIL("%s cuMemGetInfo: r=%d free=%zu total=%zu, want %" PRIu64, route, r, f, t, limit);
+	CUdeviceptr p;
+	r = alloc(&p, limit + MiB);
+	if (r != CUDA_ERROR_OUT_OF_MEMORY)
+		FAIL("%s cuMemAlloc over the limit: %d", route, r);
+	r = alloc(&p, limit);
+	if (r != CUDA_SUCCESS || rfree(p) != CUDA_SUCCESS)
+		FAIL("%s cuMemAlloc of the whole limit: %d", route, r);
+}
+
+static int cmd_routes(const char *route)
+{
+	setup();
+	void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+	if (cuda == NULL || nvml == NULL)
+		return 6;
+	if (strcmp(route, "procaddr") == 0) {
+		__typeof__(&cuGetProcAddress_v2) gpa2 = dlsym(cuda, "cuGetProcAddress_v2");
+		__typeof__(&cuGetProcAddress) gpa1 = dlsym(cuda, "cuGetProcAddress");
+		expect_hook("procaddr", "cuGetProcAddress_v2", (void *)gpa2);
+		for (size_t i = 0; i < sizeof(procaddr_cases) / sizeof(procaddr_cases[0]); i++) {
+			const struct procaddr_case *c = &procaddr_cases[i];
+			void *p1 = NULL, *p2 = NULL;
+			CUdriverProcAddressQueryResult st = -1;
+			char label[64];
+			snprintf(label, sizeof(label), "procaddr(%d,%d)", c->version, c->flags);
+			if (gpa2(c->base, &p2, c->version, (cuuint64_t)c->flags, &st) != CUDA_SUCCESS || st != 0)
+				FAIL("cuGetProcAddress_v2(%s) failed", c->base);
+			expect_hook(label, c->want, p2);
+			if (gpa1(c->base, &p1, c->version, (cuuint64_t)c->flags) != CUDA_SUCCESS || p1 != p2)
+				FAIL("cuGetProcAddress(%s) differs from _v2", c->base);
+		}
+		void *sync = NULL;
+		Dl_info info;
+		if (gpa2("cuCtxSynchronize", &sync, 12000, 0, NULL) != CUDA_SUCCESS || dladdr(sync, &info) == 0 ||
+		    strstr(info.dli_fname, "libcuda") == NULL)
+			FAIL("an unhooked name must come back from the driver untouched");
+		void *info2 = NULL, *alloc2 = NULL, *free2 = NULL, *alloc1 = NULL;
+		gpa2("cuMemGetInfo", &info2, 12000, 0, NULL);
+		gpa2("cuMemAlloc", &alloc2, 12000, 0, NULL);
+		gpa2("cuMemFree", &free2, 12000, 0, NULL);
+		check_limit("procaddr", (__typeof__(&cuMemGetInfo_v2))info2, (__typeof__(&cuMemAlloc_v2))alloc2,
+			    (__typeof__(&cuMemFree_v2))free2);
+		gpa2("cuMemAlloc", &alloc1, 3000, 0, NULL); /* the 32-bit v1 entry point */
+		CUdeviceptr_v1 p32;
+		CUresult r = ((__typeof__(&cuMemAlloc))alloc1)(&p32, (unsigned)(limit_bytes() + MiB));
+		if (r != CUDA_ERROR_OUT_OF_MEMORY)
+			FAIL("procaddr v1 cuMemAlloc over the limit: %d", r);
+	} else {
+		for (size_t i = 0; i < sizeof(cuda_names) / sizeof(cuda_names[0]); i++)
+			expect_hook(route, cuda_names[i].name, resolve(route, cuda, cuda_names[i].name, cuda_names[i].linked));
+		for (size_t i = 0; i < sizeof(nvml_names) / sizeof(nvml_names[0]); i++)
+			expect_hook(route, nvml_names[i].name, resolve(route, nvml, nvml_names[i].name, nvml_names[i].linked));
+		check_limit(route, resolve(route, cuda, "cuMemGetInfo_v2", (void *)&cuMemGetInfo_v2),
+			    resolve(route, cuda, "cuMemAlloc_v2", (void *)&cuMemAlloc_v2),
+			    resolve(route, cuda, "cuMemFree_v2", (void *)&cuMemFree_v2));
+		/* VMM allocations are limited too */
+		CUmemAllocationProp prop = { .type = 1, .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+		CUmemGenericAllocationHandle h;
+		__typeof__(&cuMemCreate) create = resolve(route, cuda, "cuMemCreate", (void *)&cuMemCreate);
+		if (create(&h, limit_bytes() + MiB, &prop, 0) != CUDA_ERROR_OUT_OF_MEMORY)
+			FAIL("%s cuMemCreate over the limit was not refused", route);
+		/* a name that is not hooked resolves to the driver */
+		void *sync = resolve(route, cuda, "cuCtxSynchronize", (void *)&cuCtxSynchronize);
+		Dl_info info;
+		if (sync == NULL || dladdr(sync, &info) == 0 || strstr(info.dli_fname, "libcuda") == NULL)
+			FAIL("%s cuCtxSynchronize must resolve to the driver", route);
+	}
+	printf("%s\n", failures ? "routes FAILED" : "routes ok");
+	return failures ? 1 : 0;
+}
+
+static int cmd_init(void)
+{
+	printf("cuInit=%d\n", cuInit(0));
+	printf("nvmlInit=%d\n", nvmlInit_v2());
+	CUcontext ctx;
+	if (cuCtxCreate_v2(&ctx, 0, 0) == CUDA_SUCCESS) {
+		CUdeviceptr p;
+		printf("cuMemAlloc=%d\n", cuMemAlloc_v2(&p, MiB));
+		printf("cuLaunchKernel=%d\n", cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+	}
+	return 0;
+}
+
+static int cmd_info(void)
+{
+	setup();
+	size_t f, t;
+	CUresult r = cuMemGetInfo_v2(&f, &t);
+	printf("cuMemGetInfo=%d free=%zu total=%zu\n", r, f, t);
+	size_t tm = 0;
+	cuDeviceTotalMem_v2(&tm, 0);
+	printf("cuDeviceTotalMem=%zu\n", tm);
+	nvmlDevice_t d;
+	if (nvmlInit_v2() != NVML_SUCCESS || nvmlDeviceGetHandleByIndex_v2(0, &d) != NVML_SUCCESS)
+		return 7;
+	nvmlMemory_t m;
+	r = nvmlDeviceGetMemoryInfo(d, &m);
+	printf("nvmlMemory=%d free=%llu total=%llu used=%llu\n", r, m.free, m.total, m.used);
+	nvmlProcessInfo_t procs[64];
+	unsigned n = 64;
+	r = nvmlDeviceGetComputeRunningProcesses_v3(d, &n, procs);
+	printf("nvmlProcesses=%d count=%u pids=", r, n);
+	for (unsigned i = 0; i < n && r == 0; i++)
+		printf("%u:%llu ", procs[i].pid, procs[i].usedGpuMemory);
+	printf("\n");
+	return 0;
+}
+
+static int cmd_alloc(int argc, char **argv, int hold)
+{
+	setup();
+	for (int i = 0; i < argc; i++) {
+		CUdeviceptr p;
+		CUresult r = cuMemAlloc_v2(&p, strtoull(argv[i], NULL, 10) * MiB);
+		printf("alloc %s MiB = %d\n", argv[i], r);
+	}
+	fflush(stdout);
+	if (hold) {
+		printf("held\n");
+		fflush(stdout);
+		for (;;)
+			pause();
+	}
+	return 0;
+}
+
+static void wait_file(const char *dir, const char *name)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	while (access(path, F_OK) != 0)
+		usleep(5000);
+}
+
+static int cmd_fill(uint64_t chunk_mib, const char *dir)
+{
+	setup();
+	CUdeviceptr ptrs[4096];
+	int n = 0;
+	while (n < 4096 && cuMemAlloc_v2(&ptrs[n], chunk_mib * MiB) == CUDA_SUCCESS)
+		n++;
+	printf("filled %d\n", n);
+	fflush(stdout);
+	wait_file(dir, "free");
+	int freed = 0;
+	for (int i = 0; i < n; i += 2, freed++)
+		if (cuMemFree_v2(ptrs[i]) != CUDA_SUCCESS)
+			printf("free failed\n");
+	printf("freed %d\n", freed);
+	fflush(stdout);
+	wait_file(dir, "refill");
+	int again = 0;
+	CUdeviceptr p;
+	while (again < 4096 && cuMemAlloc_v2(&p, chunk_mib * MiB) == CUDA_SUCCESS)
+		again++;
+	printf("refilled %d\n", again);
+	fflush(stdout);
+	wait_file(dir, "done");
+	return 0;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmd_launch(double seconds, unsigned blocks)
+{
+	setup();
+	double start = now_s();
+	unsigned long launches = 0;
+	while (now_s() - start < seconds) {
+		if (cuLaunchKernel(NULL, blocks, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+			return 8;
+		launches++;
+	}
+	cuCtxSynchronize();
+	printf("launches=%lu elapsed=%.3f\n", launches, now_s() - start);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc >= 3 && strcmp(argv[1], "routes") == 0)
+		return cmd_routes(argv[2]);
+	if (argc >= 2 && strcmp(argv[1], "init") == 0)
+		return cmd_init();
+	if (argc >= 2 && strcmp(argv[1], "info") == 0)
+		return cmd_info();
+	if (argc >= 3 && strcmp(argv[1], "alloc") == 0)
+		return cmd_alloc(argc - 2, argv + 2, 0);
+	if (argc >= 3 && strcmp(argv[1], "hold") == 0)
+		return cmd_alloc(argc - 2, argv + 2, 1);
+	if (argc >= 4 && strcmp(argv[1], "fill") == 0)
+		return cmd_fill(strtoull(argv[2], NULL, 10), argv[3]);
+	if (argc >= 4 && strcmp(argv[1], "launch") == 0)
+		return cmd_launch(atof(argv[2]), (unsigned)atoi(argv[3]));
+	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fill|launch ...\n");
+	return 2;
+}

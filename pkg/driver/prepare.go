@@ -90,6 +90,10 @@ func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClai
 	if err != nil {
 		return nil, err
 	}
+	if len(devs) == 0 {
+		// Only other drivers' results: nothing of ours to prepare, nothing to record.
+		return []kubeletplugin.Device{}, nil
+	}
 	prepared := checkpoint.Claim{
 		Namespace: claim.Namespace, Name: claim.Name, State: checkpoint.PrepareStarted,
 		ReservedFor: reservedFor, Devices: devs,

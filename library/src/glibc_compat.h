@@ -34,8 +34,13 @@ __asm__(".symver dlvsym, dlvsym@" VGPU_GLIBC_BASE);
 
 /* The library defines its own dlsym (dlsym_hook.c), and an unversioned definition wins
  * the dynamic lookup of every versioned dlsym reference, our own included. libc's dlsym
- * is therefore fetched with dlvsym from the library that defines it (libc.so.6 since
- * glibc 2.34, libdl.so.2 before) -- see real_dlsym.c. */
+ * is therefore fetched with dlvsym(RTLD_NEXT) by version (GLIBC_2.34 in libc.so.6, the
+ * base version in libdl.so.2 before) -- see real_dlsym.c. */
 void *vgpu_libc_dlsym(void *handle, const char *name);
+void *vgpu_libc_dlsym_fn(void);
+
+/* dlsym runs before anything else is set up: a sanitizer runtime calls it from its own
+ * initialisation, before its shadow memory exists. The dlsym path is never instrumented. */
+#define VGPU_EARLY __attribute__((no_sanitize_address, no_sanitize_undefined))
 
 #endif

@@ -26,7 +26,7 @@ static char missing_marker;
 static _Atomic(void *) driver[2];
 static vgpu_spinlock driver_lock = VGPU_SPINLOCK_INIT;
 
-int vgpu_hook_find(const char *name)
+VGPU_EARLY int vgpu_hook_find(const char *name)
 {
 	for (int i = 0; i < VGPU_HOOK_COUNT; i++)
 		if (strcmp(vgpu_hooks[i].name, name) == 0)

@@ -33,7 +33,7 @@ const (
 
 // node is one simulated node: its directories, API server (fake), GPUs and running plugin.
 type node struct {
-	t      *testing.T
+	t      testing.TB
 	root   string
 	cfg    plugin.Config
 	kube   *fake.Clientset
@@ -43,7 +43,7 @@ type node struct {
 }
 
 // newNode lays out a node under a short temp dir (unix socket paths must stay under 100 bytes).
-func newNode(t *testing.T, mutate ...func(*plugin.Config)) *node {
+func newNode(t testing.TB, mutate ...func(*plugin.Config)) *node {
 	t.Helper()
 	root, err := os.MkdirTemp("/tmp", "vgi-")
 	if err != nil {
@@ -140,7 +140,7 @@ func (n *node) register() *kubelet {
 	return &kubelet{dra: drapb.NewDRAPluginClient(conn), conn: conn}
 }
 
-func dial(t *testing.T, socket string) *grpc.ClientConn {
+func dial(t testing.TB, socket string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -159,7 +159,7 @@ func contains(list []string, s string) bool {
 }
 
 // prepare calls NodePrepareResources for the claims and fails the test on a gRPC error.
-func (k *kubelet) prepare(t *testing.T, claims ...*resourceapi.ResourceClaim) map[string]*drapb.NodePrepareResourceResponse {
+func (k *kubelet) prepare(t testing.TB, claims ...*resourceapi.ResourceClaim) map[string]*drapb.NodePrepareResourceResponse {
 	t.Helper()
 	resp, err := k.tryPrepare(claims...)
 	if err != nil {
@@ -182,7 +182,7 @@ func (k *kubelet) tryPrepare(claims ...*resourceapi.ResourceClaim) (map[string]*
 	return resp.Claims, nil
 }
 
-func (k *kubelet) unprepare(t *testing.T, claims ...*resourceapi.ResourceClaim) {
+func (k *kubelet) unprepare(t testing.TB, claims ...*resourceapi.ResourceClaim) {
 	t.Helper()
 	req := &drapb.NodeUnprepareResourcesRequest{}
 	for _, c := range claims {
@@ -251,4 +251,13 @@ func (n *node) newClaim(name string, results ...allocated) *resourceapi.Resource
 		n.t.Fatalf("create claim: %v", err)
 	}
 	return created
+}
+
+func dialTCP(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	return conn
 }

@@ -126,4 +126,3 @@ func BenchmarkPrepareUnprepare(b *testing.B) {
 		})
 	}
 }
-

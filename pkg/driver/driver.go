@@ -67,21 +67,22 @@ type Deps struct {
 	NewUUID func() string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
-	// SysfsRoot, when set, is where PCI topology is read from (tests); "/" otherwise.
-	SysfsRoot string
+	// PCIeRoot resolves a GPU's PCI bus ID to the standard pcieRoot attribute (on real nodes
+	// deviceattribute.GetPCIeRootAttributeByPCIBusID over sysfs). Nil: no pcieRoot attribute —
+	// simulated GPUs have made-up bus IDs that may well exist on the host for another device.
+	PCIeRoot func(pciBusID string) (deviceattribute.DeviceAttribute, error)
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
 type Driver struct {
-	cfg          Config
-	deps         Deps
-	devices      []gpu.Device
-	byName       map[string]gpu.Device
-	health       *deviceHealth
-	locks        *claimLocks
-	publisher    Publisher
-	sysfsOptions []deviceattribute.MachineModifier
-	now          func() time.Time
+	cfg       Config
+	deps      Deps
+	devices   []gpu.Device
+	byName    map[string]gpu.Device
+	health    *deviceHealth
+	locks     *claimLocks
+	publisher Publisher
+	now       func() time.Time
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -105,9 +106,6 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	}
 	if d.now == nil {
 		d.now = time.Now
-	}
-	if deps.SysfsRoot != "" {
-		d.sysfsOptions = append(d.sysfsOptions, deviceattribute.WithFSFromRoot(deps.SysfsRoot))
 	}
 	for _, g := range deps.Devices {
 		d.byName[DeviceName(g.Index)] = g

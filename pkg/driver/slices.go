@@ -5,7 +5,6 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -123,9 +122,8 @@ func (d *Driver) attributes(logger klog.Logger, g gpu.Device) map[resourceapi.Qu
 	if g.NUMANode != nil {
 		attrs["numaNode"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(*g.NUMANode))}
 	}
-	if g.PCIBusID != "" {
-		// Only real hardware has the sysfs entries; simulated GPUs simply go without.
-		if root, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(g.PCIBusID, d.sysfsOptions...); err == nil {
+	if g.PCIBusID != "" && d.deps.PCIeRoot != nil {
+		if root, err := d.deps.PCIeRoot(g.PCIBusID); err == nil {
 			attrs[root.Name] = root.Value
 		} else {
 			logger.V(4).Info("No PCIe root attribute", "device", DeviceName(g.Index), "err", err)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -173,6 +174,12 @@ func (p *Plugin) newDriver(ctx context.Context, devices []gpu.Device, bootID str
 	if bootID == "" {
 		bootID = readBootID()
 	}
+	var pcieRoot func(string) (deviceattribute.DeviceAttribute, error)
+	if !strings.HasPrefix(cfg.DeviceSource, "simulated") {
+		pcieRoot = func(busID string) (deviceattribute.DeviceAttribute, error) {
+			return deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
+		}
+	}
 	path := contract.PathPerClaim
 	if cfg.NRI {
 		path = contract.PathNRI
@@ -182,7 +189,7 @@ func (p *Plugin) newDriver(ctx context.Context, devices []gpu.Device, bootID str
 		VGPU: cfg.VGPU, BootID: bootID,
 	}, driver.Deps{
 		Devices: devices, Checkpoint: store, CDI: writer, Dirs: dirs, Metrics: p.metrics,
-		Paths: driver.StaticPath(path), NewUUID: func() string { return string(uuid.NewUUID()) },
+		Paths: driver.StaticPath(path), PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
 	})
 	if err != nil {
 		return nil, err

@@ -7,7 +7,7 @@ GO_PACKAGES := ./...
 # Short: unix socket paths in tests must stay under ~100 bytes.
 export TMPDIR ?= /tmp
 
-.PHONY: all build test test-go lint bench clean
+.PHONY: all build test test-go test-library test-library-asan lint bench bench-go bench-library clean
 
 all: build
 
@@ -16,11 +16,25 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/...
 
-## test: unit and integration tests (Go, under the race detector).
-test: test-go
+## test: unit and integration tests (Go, under the race detector) and the libvgpu.so suite
+## (CTest), plain and under AddressSanitizer/UndefinedBehaviorSanitizer.
+test: test-go test-library test-library-asan
 
 test-go:
 	$(GO) test -race -count=1 -timeout 20m $(GO_PACKAGES)
+
+LIBRARY_BUILD := $(OUTPUT)/library
+LIBRARY_ASAN_BUILD := $(OUTPUT)/library-asan
+
+test-library:
+	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(LIBRARY_BUILD) -j2
+	ctest --test-dir $(LIBRARY_BUILD) --output-on-failure
+
+test-library-asan:
+	cmake -S library -B $(LIBRARY_ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVGPU_SANITIZE=ON
+	cmake --build $(LIBRARY_ASAN_BUILD) -j2
+	ctest --test-dir $(LIBRARY_ASAN_BUILD) --output-on-failure
 
 ## lint: gofmt and go vet.
 lint:
@@ -28,8 +42,15 @@ lint:
 	$(GO) vet $(GO_PACKAGES)
 
 ## bench: benchmarks that print ratios against baselines measured in the same run.
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./test/integration/...
+bench: bench-go bench-library
+
+bench-go:
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m $(GO_PACKAGES)
+
+bench-library:
+	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(LIBRARY_BUILD) -j2
+	$(LIBRARY_BUILD)/test/bench_overhead
 
 clean:
 	rm -rf $(OUTPUT)

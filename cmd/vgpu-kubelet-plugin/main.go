@@ -88,6 +88,7 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&c.DriverName, "driver-name", contract.DefaultDriverName, "DRA driver name; also the NRI plugin name and the CDI vendor.")
 	fs.StringVar(&c.StateDir, "state-dir", contract.DefaultStateDir, "Host directory for claim directories, the registry socket and libvgpu.so.")
 	fs.StringVar(&c.KubeletDir, "kubelet-dir", contract.DefaultKubeletDir, "The kubelet's root directory; plugin, registration and checkpoint paths derive from it.")
+	fs.StringVar(&c.LibrarySource, "library-source", plugin.DefaultLibrarySource, "libvgpu.so to install into <state-dir>/lib at start-up (with the ld.so.preload file that CDI mounts); empty keeps what is there.")
 	fs.StringVar(&c.CDIDir, "cdi-dir", contract.DefaultCDIDir, "Directory the container runtime reads CDI specs from.")
 	fs.StringVar(&c.DeviceSource, "device-source", "nvml", `Where GPUs come from: "nvml", or "simulated:<profile>[:<count>]" with profile dgx-h200, dgx-h100 or dgx-a100.`)
 	fs.StringVar(&f.memoryReserve, "memory-reserve", "0", "Memory per GPU kept back from what is published (driver and CUDA contexts), e.g. 1Gi.")

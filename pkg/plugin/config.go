@@ -22,6 +22,8 @@ type Config struct {
 	// KubeletDir is the kubelet's root; every kubelet path derives from it.
 	KubeletDir string
 	CDIDir     string
+	// LibrarySource is the libvgpu.so the plugin installs into <state>/lib at start-up.
+	LibrarySource string
 	// DeviceSource is "nvml" or "simulated:<profile>[:<count>]".
 	DeviceSource string
 	// MemoryReserve is subtracted from every GPU's published memory, in bytes.

@@ -157,7 +157,12 @@ func (p *Plugin) newDriver(ctx context.Context, devices []gpu.Device, bootID str
 		return nil, err
 	}
 	dirs := claimdir.Layout{StateDir: cfg.StateDir}
-	libraryInstalled := fileExists(dirs.LibraryPath()) && fileExists(dirs.PreloadPath())
+	libraryInstalled := false
+	if cfg.VGPU {
+		if libraryInstalled, err = installLibrary(klog.FromContext(ctx), cfg.LibrarySource, dirs); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.VGPU && !libraryInstalled {
 		klog.FromContext(ctx).Info("libvgpu.so is not installed in the state dir: containers get limits in their env but nothing enforces them",
 			"library", dirs.LibraryPath(), "preload", dirs.PreloadPath())

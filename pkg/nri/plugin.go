@@ -1,0 +1,161 @@
+package nri
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"k8s.io/klog/v2"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+)
+
+// DefaultRefreshTimeout bounds the one API read of a claim on a reservedFor miss: a plugin
+// that overruns the runtime's request timeout (2 s by default) is dropped by the runtime.
+const DefaultRefreshTimeout = 500 * time.Millisecond
+
+// Config is the plugin's plain configuration.
+type Config struct {
+	// Layout is the host directory layout (--state-dir).
+	Layout claimdir.Layout
+	// RefreshTimeout bounds the API read on a reservedFor miss; DefaultRefreshTimeout when 0.
+	RefreshTimeout time.Duration
+	// ProcRoot is where /proc is (tests point it elsewhere); "/proc" when empty.
+	ProcRoot string
+}
+
+// Plugin implements the NRI hooks (the stub's handler interfaces). One Plugin serves every
+// connection the Supervisor makes; the runtime serializes the calls of one connection.
+type Plugin struct {
+	cfg     Config
+	claims  Claims
+	cache   *Cache
+	metrics *metrics.NRIMetrics
+	logger  klog.Logger
+
+	mu       sync.Mutex
+	runtime  string // "<name> <version>" from the last Configure
+	onSynced func() // the Supervisor's notification of a good session
+}
+
+// NewPlugin returns the hooks over claims, with an empty, unsynchronized cache.
+func NewPlugin(cfg Config, claims Claims, m *metrics.NRIMetrics, logger klog.Logger) *Plugin {
+	if cfg.RefreshTimeout <= 0 {
+		cfg.RefreshTimeout = DefaultRefreshTimeout
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	return &Plugin{cfg: cfg, claims: claims, cache: NewCache(), metrics: m, logger: logger}
+}
+
+// Cache is the plugin's container cache (read by the registry server).
+func (p *Plugin) Cache() *Cache { return p.cache }
+
+// Runtime is the runtime's name and version from the last Configure ("" before one).
+func (p *Plugin) Runtime() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.runtime
+}
+
+func (p *Plugin) setOnSynced(fn func()) {
+	p.mu.Lock()
+	p.onSynced = fn
+	p.mu.Unlock()
+}
+
+func (p *Plugin) observe(hook string, start time.Time) {
+	p.metrics.HookDuration.WithLabelValues(hook).Observe(time.Since(start).Seconds())
+}
+
+// Configure records the runtime; the events are the hooks Plugin implements.
+func (p *Plugin) Configure(_ context.Context, _, runtimeName, runtimeVersion string) (api.EventMask, error) {
+	p.mu.Lock()
+	p.runtime = runtimeName + " " + runtimeVersion
+	p.mu.Unlock()
+	p.logger.Info("NRI runtime configured the plugin", "runtime", runtimeName, "version", runtimeVersion)
+	return 0, nil
+}
+
+// StartContainer records the container's init PID and cgroup, which the registry needs to
+// check that a registration comes from inside the container.
+func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	start := time.Now()
+	if _, ok := p.cache.Get(ctr.GetId()); !ok {
+		return nil // not a vGPU container
+	}
+	pid := int(ctr.GetPid())
+	var cg Cgroup
+	var cgErr error
+	if pid > 0 {
+		cg, cgErr = readCgroup(p.cfg.ProcRoot, pid)
+	}
+	if !p.cache.update(ctr.GetId(), func(in *Instance) {
+		in.PID, in.Cgroup, in.State = pid, cg, StateRunning
+	}) {
+		return nil // removed meanwhile
+	}
+	defer p.observe(metrics.HookStartContainer, start)
+	if pid <= 0 || cgErr != nil {
+		// Registrations of this container get RETRY until a Synchronize replays its PID.
+		p.metrics.Failures.WithLabelValues(metrics.HookStartContainer).Inc()
+		p.logger.Error(cgErr, "No cgroup for a started vGPU container", "pod", klog.KRef(pod.GetNamespace(), pod.GetName()), "container", ctr.GetName(), "pid", pid)
+	}
+	return nil
+}
+
+// StopContainer marks the instance stopped: its results are free for other containers.
+func (p *Plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+	start := time.Now()
+	if p.cache.update(ctr.GetId(), func(in *Instance) { in.State = StateStopped }) {
+		p.observe(metrics.HookStopContainer, start)
+	}
+	return nil, nil
+}
+
+// RemoveContainer drops the instance by container ID (also the undo of a failed creation)
+// and removes the directory when no instance of that pod and name remains. It never fails
+// the CRI call.
+func (p *Plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	start := time.Now()
+	in, last, ok := p.cache.remove(ctr.GetId())
+	if !ok {
+		return nil
+	}
+	defer p.observe(metrics.HookRemoveContainer, start)
+	p.metrics.CacheEntries.Set(float64(p.cache.Len()))
+	if last {
+		p.removeDirs(metrics.HookRemoveContainer, in)
+	}
+	p.logger.V(2).Info("Removed vGPU container", "pod", klog.KRef(pod.GetNamespace(), pod.GetName()), "container", in.ContainerName, "id", in.ContainerID, "dirRemoved", last)
+	return nil
+}
+
+// StopPodSandbox marks the pod's instances stopped and removes the pod's directories
+// (contract §4). It never fails the CRI call.
+func (p *Plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	start := time.Now()
+	stopped := p.cache.stopPod(pod.GetUid())
+	if len(stopped) == 0 {
+		return nil
+	}
+	defer p.observe(metrics.HookStopPodSandbox, start)
+	done := map[nameKey]bool{}
+	for _, in := range stopped {
+		if k := (nameKey{in.PodUID, in.ContainerName}); !done[k] {
+			done[k] = true
+			p.removeDirs(metrics.HookStopPodSandbox, in)
+		}
+	}
+	return nil
+}
+
+func (p *Plugin) removeDirs(hook string, in Instance) {
+	if err := p.cfg.Layout.RemoveContainerDirs(in.ClaimUID, in.PodUID, in.ContainerName); err != nil {
+		p.metrics.Failures.WithLabelValues(hook).Inc()
+		p.logger.Error(err, "Removing a vGPU container's directory failed", "podUID", in.PodUID, "container", in.ContainerName, "claim", in.ClaimUID)
+	}
+}

@@ -1,0 +1,322 @@
+package nri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"k8s.io/klog/v2"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+)
+
+// Defaults of SupervisorConfig.
+const (
+	DefaultSocket           = "/var/run/nri/nri.sock"
+	DefaultPluginIndex      = "00"
+	DefaultFailureGrace     = 3 * time.Minute
+	DefaultStartTimeout     = 10 * time.Second
+	DefaultFirstAttemptWait = 2 * time.Second
+	initialBackoff          = 50 * time.Millisecond
+	maxBackoff              = time.Second
+)
+
+// SupervisorConfig configures the connection's life. Zero values mean the defaults.
+type SupervisorConfig struct {
+	// PluginName is the driver name (contract §1); the runtime sees "<index>-<name>".
+	PluginName  string
+	PluginIndex string
+	Socket      string
+	// FailureGrace is how long a process that has had a good session may stay disconnected
+	// before Check reports it unhealthy (--nri-failure-grace).
+	FailureGrace time.Duration
+	// StartTimeout is the watchdog around one connection attempt: the stub's Start blocks
+	// forever when the runtime dies between registration and configuration.
+	StartTimeout time.Duration
+	// FirstAttemptWait bounds how long ClaimPath waits for the outcome of the first attempt.
+	FirstAttemptWait time.Duration
+}
+
+// Supervisor keeps the plugin connected to the runtime: a fresh stub for every attempt (a
+// stub whose start failed keeps a dead connection, and every retry on it fails even against
+// a healthy runtime), a watchdog around start, and retries forever with jittered exponential
+// backoff capped at about a second. "Socket missing" and "connection refused" are the same
+// retry: the runtime is (re)starting, or does not offer NRI at all.
+type Supervisor struct {
+	cfg     SupervisorConfig
+	plugin  *Plugin
+	metrics *metrics.NRIMetrics
+	logger  klog.Logger
+	now     func() time.Time
+
+	firstDone chan struct{}
+	firstOnce sync.Once
+
+	mu     sync.Mutex
+	status Status
+}
+
+// Status is the connection's state, as the debug endpoint shows it.
+type Status struct {
+	Socket string `json:"socket"`
+	Plugin string `json:"plugin"`
+	// Connected: registered and configured by the runtime.
+	Connected bool `json:"connected"`
+	// Synced: the current session's Synchronize succeeded (a good session).
+	Synced bool `json:"synced"`
+	// HadSession: this process has had a good session.
+	HadSession bool `json:"hadSession"`
+	// LostAt is when the last good session ended (zero while one lasts or before the first).
+	LostAt    time.Time `json:"lostAt,omitzero"`
+	Attempts  int       `json:"attempts"`
+	Sessions  int       `json:"sessions"`
+	LastError string    `json:"lastError,omitempty"`
+	Runtime   string    `json:"runtime,omitempty"`
+}
+
+// NewSupervisor returns a supervisor for plugin; Run starts it.
+func NewSupervisor(cfg SupervisorConfig, plugin *Plugin, m *metrics.NRIMetrics, logger klog.Logger) *Supervisor {
+	if cfg.PluginIndex == "" {
+		cfg.PluginIndex = DefaultPluginIndex
+	}
+	if cfg.Socket == "" {
+		cfg.Socket = DefaultSocket
+	}
+	if cfg.FailureGrace <= 0 {
+		cfg.FailureGrace = DefaultFailureGrace
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	if cfg.FirstAttemptWait <= 0 {
+		cfg.FirstAttemptWait = DefaultFirstAttemptWait
+	}
+	s := &Supervisor{cfg: cfg, plugin: plugin, metrics: m, logger: logger, now: time.Now, firstDone: make(chan struct{})}
+	s.status.Socket = cfg.Socket
+	s.status.Plugin = cfg.PluginIndex + "-" + cfg.PluginName
+	return s
+}
+
+// Run connects and reconnects until ctx ends.
+func (s *Supervisor) Run(ctx context.Context) {
+	backoff := initialBackoff
+	quiet := false // after the first failure in a row, failures are logged at V(4)
+	for ctx.Err() == nil {
+		established, err := s.session(ctx)
+		s.firstOnce.Do(func() { close(s.firstDone) })
+		switch {
+		case established:
+			backoff, quiet = initialBackoff, false
+		case err != nil && ctx.Err() == nil:
+			if !quiet {
+				s.logger.Info("NRI runtime not reachable; retrying (new claims take the per-claim path until a first session)", "socket", s.cfg.Socket, "err", err)
+				quiet = true
+			} else {
+				s.logger.V(4).Info("NRI connection attempt failed", "err", err)
+			}
+		}
+		// Jitter: 75–125 % of the backoff, so that plugins do not reconnect in lockstep.
+		wait := backoff*3/4 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// session makes one connection attempt with a fresh stub and, when it succeeds, lasts until
+// the connection closes or ctx ends.
+func (s *Supervisor) session(ctx context.Context) (established bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	closed := make(chan struct{})
+	var closeOnce sync.Once
+	d := &dialer{}
+	st, err := stub.New(s.plugin,
+		stub.WithPluginName(s.cfg.PluginName), stub.WithPluginIdx(s.cfg.PluginIndex),
+		stub.WithSocketPath(s.cfg.Socket), stub.WithDialer(d.dial),
+		stub.WithOnClose(func() { closeOnce.Do(func() { close(closed) }) }),
+		stub.WithLogger(nriLogger{s.logger}),
+		// Fail the request rather than proceed without us (runtimes with NRI ≥ 0.12.4; older
+		// ones ignore the field — see the package documentation).
+		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: true}),
+	)
+	if err != nil {
+		return false, fmt.Errorf("create NRI stub: %w", err)
+	}
+	s.plugin.setOnSynced(s.synced)
+	s.mu.Lock()
+	s.status.Attempts++
+	s.mu.Unlock()
+
+	if err := s.start(sctx, st, d); err != nil {
+		s.mu.Lock()
+		s.status.LastError = err.Error()
+		s.mu.Unlock()
+		return false, err
+	}
+	s.mu.Lock()
+	s.status.Connected, s.status.LastError = true, ""
+	s.status.Sessions++
+	if s.status.Sessions > 1 {
+		s.metrics.Reconnects.Inc()
+	}
+	s.mu.Unlock()
+	s.logger.Info("Connected to the NRI runtime", "socket", s.cfg.Socket, "plugin", s.status.Plugin)
+
+	select {
+	case <-closed:
+		s.logger.Info("NRI runtime closed the connection; reconnecting", "socket", s.cfg.Socket)
+	case <-ctx.Done():
+	}
+	st.Stop()
+	s.mu.Lock()
+	if s.status.Synced {
+		s.status.LostAt = s.now()
+	}
+	s.status.Connected, s.status.Synced = false, false
+	s.mu.Unlock()
+	s.metrics.Connected.Set(0)
+	return true, nil
+}
+
+// errStartTimeout: the runtime accepted the connection but did not finish configuring the
+// plugin in time.
+var errStartTimeout = errors.New("NRI registration did not complete in time")
+
+// start runs the stub's Start under a watchdog. On expiry it closes the connection and
+// abandons the stub: its Start may stay blocked (it waits for a Configure that will never
+// come, holding the stub's lock), but the stub is never used again.
+func (s *Supervisor) start(ctx context.Context, st stub.Stub, d *dialer) error {
+	errc := make(chan error, 1)
+	go func() { errc <- st.Start(ctx) }()
+	timer := time.NewTimer(s.cfg.StartTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-errc:
+		return err
+	case <-timer.C:
+		d.close()
+		return errStartTimeout
+	case <-ctx.Done():
+		d.close()
+		return ctx.Err()
+	}
+}
+
+// synced is the plugin's notice that the current session's Synchronize succeeded.
+func (s *Supervisor) synced() {
+	s.mu.Lock()
+	s.status.Synced, s.status.HadSession, s.status.LostAt = true, true, time.Time{}
+	s.mu.Unlock()
+	s.metrics.Connected.Set(1)
+}
+
+// Status returns the connection's state.
+func (s *Supervisor) Status() Status {
+	s.mu.Lock()
+	st := s.status
+	s.mu.Unlock()
+	st.Runtime = s.plugin.Runtime()
+	return st
+}
+
+// Check is the liveness check (tier 2): after this process has had a good session, being
+// without one for longer than the grace period is unhealthy; it clears as soon as a session
+// is good again. A runtime that never offered NRI is not a fault: claims take the per-claim
+// path, and restarting the plugin would not help.
+func (s *Supervisor) Check(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	if !st.HadSession || (st.Connected && st.Synced) {
+		return nil
+	}
+	if down := s.now().Sub(st.LostAt); down > s.cfg.FailureGrace {
+		return fmt.Errorf("no NRI session with the runtime on %s for %v (grace %v)", s.cfg.Socket, down.Round(time.Second), s.cfg.FailureGrace)
+	}
+	return nil
+}
+
+// ClaimPath implements the driver's PathSelector: which path a newly prepared claim takes.
+//
+// The NRI path when this process is connected to the runtime or has had a good session (a
+// runtime restart is transient; containers created meanwhile are refused by the runtime's
+// required-plugins validation, not given the wrong path). The per-claim path when NRI has
+// never been reachable. At start-up the first Prepare can come before the first connection
+// attempt has an outcome: it waits for that outcome, at most FirstAttemptWait, rather than
+// record the per-claim path forever on a node that has NRI.
+func (s *Supervisor) ClaimPath(ctx context.Context) contract.ClaimPath {
+	timer := time.NewTimer(s.cfg.FirstAttemptWait)
+	defer timer.Stop()
+	select {
+	case <-s.firstDone:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.status.Connected || s.status.HadSession {
+		return contract.PathNRI
+	}
+	return contract.PathPerClaim
+}
+
+// dialer connects to the runtime's socket and keeps the connection, so that the watchdog
+// can close it.
+type dialer struct {
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+func (d *dialer) dial(path string) (net.Conn, error) {
+	c, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.conn = c
+	d.mu.Unlock()
+	return c, nil
+}
+
+func (d *dialer) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn != nil {
+		_ = d.conn.Close()
+	}
+}
+
+// nriLogger sends the NRI library's logs to klog, quieter than its own levels: the
+// supervisor logs what matters (connected, lost, unreachable) once.
+type nriLogger struct{ logger klog.Logger }
+
+func (l nriLogger) Debugf(_ context.Context, format string, args ...any) {
+	if v := l.logger.V(6); v.Enabled() {
+		v.Info(fmt.Sprintf(format, args...), "source", "nri")
+	}
+}
+func (l nriLogger) Infof(_ context.Context, format string, args ...any) {
+	if v := l.logger.V(4); v.Enabled() {
+		v.Info(fmt.Sprintf(format, args...), "source", "nri")
+	}
+}
+func (l nriLogger) Warnf(_ context.Context, format string, args ...any) {
+	if v := l.logger.V(2); v.Enabled() {
+		v.Info(fmt.Sprintf(format, args...), "source", "nri", "level", "warning")
+	}
+}
+func (l nriLogger) Errorf(_ context.Context, format string, args ...any) {
+	if v := l.logger.V(2); v.Enabled() {
+		v.Info(fmt.Sprintf(format, args...), "source", "nri", "level", "error")
+	}
+}

@@ -170,16 +170,37 @@ func (d *Driver) removeOrphanDirs(logger klog.Logger) error {
 }
 
 // Start publishes the ResourceSlice through p and follows GPU health events (when events is
-// not nil) until ctx ends.
-func (d *Driver) Start(ctx context.Context, p Publisher, events <-chan gpu.HealthEvent) error {
+// not nil) until ctx ends. Publishing runs in the background and is retried: the first publish
+// waits for the API server (the helper syncs an informer), and a plugin that cannot reach it
+// yet should still answer the kubelet and its probes, and shut down promptly on SIGTERM.
+func (d *Driver) Start(ctx context.Context, p Publisher, events <-chan gpu.HealthEvent) {
 	d.publisher = p
-	if err := d.publish(ctx); err != nil {
-		return err
-	}
+	go d.publishUntilDone(ctx)
 	if events != nil {
 		go d.runHealthEvents(ctx, events)
 	}
-	return nil
+}
+
+func (d *Driver) publishUntilDone(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	backoff := time.Second
+	for {
+		err := d.publish(ctx)
+		if err == nil {
+			logger.V(2).Info("Publishing ResourceSlice", "node", d.cfg.NodeName, "devices", len(d.devices))
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		logger.Error(err, "Publishing ResourceSlice failed; retrying", "after", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
 }
 
 func (d *Driver) publish(ctx context.Context) error {

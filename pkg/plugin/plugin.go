@@ -125,9 +125,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 			}
 		}()
 	}
-	if err := d.Start(ctx, helper, events); err != nil {
-		return nil, err
-	}
+	d.Start(ctx, helper, events)
 
 	p.health.Add("kubelet-registration", watch.check(cfg.RegistrarSocket()))
 	p.health.Add("dra-socket", draSocketCheck(cfg.DRASocket()))

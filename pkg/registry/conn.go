@@ -1,0 +1,192 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+)
+
+// serve runs one connection: read one frame under the header and body deadlines, check the
+// bounds, handle the request, answer, close in order. It counts against s.reading until the
+// frame is complete. A panic anywhere becomes INTERNAL, never a crash.
+func (s *Server) serve(c *net.UnixConn, accepted time.Time) {
+	defer s.wg.Done()
+	stillReading := true
+	answered := false
+	defer func() {
+		if stillReading {
+			s.reading.Add(-1)
+		}
+		if r := recover(); r != nil {
+			s.logger.Error(fmt.Errorf("panic: %v", r), "Registry connection panicked", "stack", string(debug.Stack()))
+			if !answered {
+				answered = true
+				s.respond(c, accepted, Response{Status: StatusInternal, Message: "internal error in the registry server"}, true)
+			}
+		}
+		s.finish(c) // idempotent; respond has already closed an answered connection
+	}()
+
+	req, resp, ok := s.readRequest(c, accepted)
+	s.reading.Add(-1)
+	stillReading = false
+	if !ok {
+		s.deps.Metrics.Unanswered()
+		return
+	}
+	count := true
+	if resp == nil {
+		resp = s.admit(c, req)
+	} else if resp.Status == StatusInvalid && resp.Message == probeMessage {
+		count = false
+	}
+	answered = true
+	s.respond(c, accepted, *resp, count)
+}
+
+// probeMessage answers Check's probe, an empty request from this very process.
+const probeMessage = "registry health probe"
+
+// readRequest reads one frame. It returns (request, nil, true) for a well-formed request,
+// (_, INVALID response, true) for a frame that breaks a rule, and ok=false when the peer
+// missed a deadline or went away without sending a byte: those are closed unanswered.
+func (s *Server) readRequest(c *net.UnixConn, accepted time.Time) (Request, *Response, bool) {
+	var hdr [contract.RegistryHeaderLen]byte
+	_ = c.SetReadDeadline(accepted.Add(s.cfg.HeaderTimeout))
+	if n, err := io.ReadFull(c, hdr[:]); err != nil {
+		return s.readFailure(err, n > 0, "header")
+	}
+	h, err := ParseHeader(hdr[:])
+	if err != nil {
+		return Request{}, invalidResponse(err), true
+	}
+	if h.Kind != contract.RegistryKindRequest {
+		return Request{}, invalidResponse(invalid("kind %d, want a Register request (%d)", h.Kind, contract.RegistryKindRequest)), true
+	}
+	body := make([]byte, h.Length)
+	_ = c.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	if _, err := io.ReadFull(c, body); err != nil {
+		return s.readFailure(err, true, "body")
+	}
+	// Bytes after the frame are ignored (discarded by the orderly close).
+	req, err := ParseRequest(body)
+	if err != nil {
+		if h.Length == 0 && s.isSelf(c) {
+			// Check's probe: answered like any empty request, but not counted.
+			return Request{}, &Response{Status: StatusInvalid, Message: probeMessage}, true
+		}
+		return Request{}, invalidResponse(err), true
+	}
+	return req, nil, true
+}
+
+// readFailure turns a failed read into the contract's outcome: a missed deadline, or a peer
+// gone before its first byte, is closed without an answer; a frame cut short by the peer's
+// end of stream is INVALID (the peer may have shut down only its write side, and waits).
+func (s *Server) readFailure(err error, started bool, part string) (Request, *Response, bool) {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return Request{}, nil, false
+	}
+	if started && errors.Is(err, io.ErrUnexpectedEOF) || part == "body" && errors.Is(err, io.EOF) {
+		return Request{}, invalidResponse(invalid("frame truncated: end of stream in the %s", part)), true
+	}
+	return Request{}, nil, false
+}
+
+func invalidResponse(err error) *Response {
+	return &Response{Status: StatusInvalid, Message: err.Error()}
+}
+
+func (s *Server) isSelf(c *net.UnixConn) bool {
+	p, err := peerOf(c)
+	if err != nil {
+		return false
+	}
+	defer p.close()
+	return p.pid == os.Getpid()
+}
+
+// admit applies the request bounds (global, then per pod) around handle.
+func (s *Server) admit(c *net.UnixConn, req Request) *Response {
+	select {
+	case s.requests <- struct{}{}:
+	default:
+		r := s.busy("too many registrations in flight")
+		return &r
+	}
+	defer func() { <-s.requests }()
+	key := req.PodUID
+	if key == "" {
+		key = "uuid:" + req.RegisterUUID
+	}
+	s.podMu.Lock()
+	if s.perPod[key] >= s.cfg.MaxRequestsPerPod {
+		s.podMu.Unlock()
+		r := s.busy("too many registrations in flight for this pod")
+		return &r
+	}
+	s.perPod[key]++
+	s.podMu.Unlock()
+	defer func() {
+		s.podMu.Lock()
+		if s.perPod[key]--; s.perPod[key] <= 0 {
+			delete(s.perPod, key)
+		}
+		s.podMu.Unlock()
+	}()
+	r := s.handleSafely(c, req)
+	return &r
+}
+
+// handleSafely is handle with a panic turned into INTERNAL (the bounds above are released
+// by their defers either way).
+func (s *Server) handleSafely(c *net.UnixConn, req Request) (resp Response) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.logger.Error(fmt.Errorf("panic: %v", r), "Registration panicked", "stack", string(debug.Stack()))
+			resp = Response{Status: StatusInternal, Message: "internal error in the registry server"}
+		}
+	}()
+	return s.handle(c, req)
+}
+
+func (s *Server) busy(msg string) Response {
+	return Response{Status: StatusBusy, Message: msg, RetryAfter: s.cfg.RetryAfterBusy, HasRetryAfter: true}
+}
+
+// respond writes resp, then closes in order (contract §5): shut down the write side and
+// discard input for at most Linger, so the client reads its answer rather than a reset.
+// Only counted answers go to the metrics.
+func (s *Server) respond(c *net.UnixConn, accepted time.Time, resp Response, counted bool) {
+	defer s.finish(c)
+	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.Linger + time.Second))
+	if _, err := c.Write(AppendResponse(nil, resp)); err != nil {
+		if counted {
+			s.deps.Metrics.Unanswered()
+		}
+		return
+	}
+	if counted {
+		s.deps.Metrics.Observe(resp.Status.String(), time.Since(accepted))
+	}
+	_ = c.CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(s.cfg.Linger))
+	var sink [512]byte
+	for {
+		if _, err := c.Read(sink[:]); err != nil {
+			return
+		}
+	}
+}
+
+func (s *Server) finish(c *net.UnixConn) {
+	s.untrack(c)
+	_ = c.Close()
+}

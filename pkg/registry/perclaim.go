@@ -1,0 +1,113 @@
+package registry
+
+import (
+	"errors"
+	"io/fs"
+	"slices"
+	"sync"
+)
+
+// claimRegistrations remembers, per claim on the per-claim path, the container cgroups that
+// registered for it: pids.config of the claim is the union of their processes (contract §6).
+// It lives in memory only; after a restart each container's next registration re-adds it.
+// Cgroups whose processes are gone are pruned when the union is computed and by the
+// server's periodic watch, and a claim that no longer resolves is forgotten.
+type claimRegistrations struct {
+	mu     sync.Mutex
+	claims map[string]*claimEntry // by claim UID
+}
+
+type claimEntry struct {
+	registerUUID string
+	cgroups      map[string]struct{}
+}
+
+func newClaimRegistrations() *claimRegistrations {
+	return &claimRegistrations{claims: map[string]*claimEntry{}}
+}
+
+func (r *claimRegistrations) add(claimUID, registerUUID, cgroup string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.claims[claimUID]
+	if e == nil {
+		e = &claimEntry{registerUUID: registerUUID, cgroups: map[string]struct{}{}}
+		r.claims[claimUID] = e
+	}
+	e.cgroups[cgroup] = struct{}{}
+}
+
+// pids is the union of the processes of every cgroup registered for the claim, ascending.
+// A cgroup that is gone or empty is dropped from the set.
+func (r *claimRegistrations) pids(claimUID string, h CgroupHierarchy) ([]int, error) {
+	r.mu.Lock()
+	e := r.claims[claimUID]
+	var cgroups []string
+	if e != nil {
+		for cg := range e.cgroups {
+			cgroups = append(cgroups, cg)
+		}
+	}
+	r.mu.Unlock()
+	var all []int
+	var gone []string
+	for _, cg := range cgroups {
+		pids, err := h.PIDs(cg)
+		switch {
+		case errors.Is(err, fs.ErrNotExist) || err == nil && len(pids) == 0:
+			gone = append(gone, cg)
+		case err != nil:
+			return nil, err
+		}
+		all = append(all, pids...)
+	}
+	r.forget(claimUID, gone)
+	slices.Sort(all)
+	return slices.Compact(all), nil
+}
+
+func (r *claimRegistrations) forget(claimUID string, cgroups []string) {
+	if len(cgroups) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.claims[claimUID]
+	if e == nil {
+		return
+	}
+	for _, cg := range cgroups {
+		delete(e.cgroups, cg)
+	}
+	if len(e.cgroups) == 0 {
+		delete(r.claims, claimUID)
+	}
+}
+
+// prune drops claims that no longer resolve and cgroups that are gone.
+func (r *claimRegistrations) prune(claims ClaimResolver, h CgroupHierarchy) {
+	r.mu.Lock()
+	type item struct{ uid, uuid string }
+	var items []item
+	for uid, e := range r.claims {
+		items = append(items, item{uid, e.registerUUID})
+	}
+	r.mu.Unlock()
+	for _, it := range items {
+		if claims == nil {
+			r.drop(it.uid)
+			continue
+		}
+		if c, ok := claims.ClaimByRegisterUUID(it.uuid); !ok || c.UID != it.uid {
+			r.drop(it.uid)
+			continue
+		}
+		_, _ = r.pids(it.uid, h) // prunes as a side effect
+	}
+}
+
+func (r *claimRegistrations) drop(claimUID string) {
+	r.mu.Lock()
+	delete(r.claims, claimUID)
+	r.mu.Unlock()
+}

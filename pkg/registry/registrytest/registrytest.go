@@ -1,0 +1,273 @@
+// Package registrytest gives the registry's tests real cgroups and real client processes:
+// a cgroup tree created (as root) in a cgroup hierarchy and removed in t.Cleanup even when
+// the test fails, and child processes — the test binary itself, re-executed — that are
+// moved into a cgroup before they register over the socket with the Go client, so the
+// server sees their real SO_PEERCRED and /proc/<pid>/cgroup.
+//
+// A test package that starts children calls RunChildIfRequested first thing in TestMain.
+package registrytest
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
+)
+
+// Hierarchies returns the cgroup hierarchies of this host the registry can use: the one it
+// picks by default first (v1 pids where mounted), then the unified v2 one if that is
+// another. It fails the test when not root: creating cgroups needs it.
+func Hierarchies(t testing.TB) []registry.CgroupHierarchy {
+	t.Helper()
+	RequireRoot(t)
+	def, err := registry.DetectCgroupHierarchy("/proc")
+	if err != nil {
+		t.Fatalf("no cgroup hierarchy to test with: %v", err)
+	}
+	out := []registry.CgroupHierarchy{def}
+	if def.V1Pids {
+		if v2, ok := unified(t); ok {
+			out = append(out, v2)
+		}
+	}
+	return out
+}
+
+// unified finds a cgroup2 mount with root "/" in mountinfo.
+func unified(t testing.TB) (registry.CgroupHierarchy, bool) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		for i, x := range f {
+			if x == "-" && i+1 < len(f) && f[i+1] == "cgroup2" && len(f) > 4 && f[3] == "/" {
+				return registry.CgroupHierarchy{Mount: f[4], Root: "/", Proc: "/proc"}, true
+			}
+		}
+	}
+	return registry.CgroupHierarchy{}, false
+}
+
+// RequireRoot fails (never skips) the test when it does not run as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test creates real cgroups and reads other processes' /proc entries: it must run as root (euid %d)", os.Geteuid())
+	}
+}
+
+// Cgroup is a cgroup created for one test.
+type Cgroup struct {
+	H registry.CgroupHierarchy
+	// Path is the cgroup as /proc/<pid>/cgroup names it.
+	Path string
+}
+
+// Dir is the cgroup's directory.
+func (c Cgroup) Dir() string { return filepath.Join(c.H.Mount, c.Path) }
+
+// Sub creates (if needed) the cgroup rel below c.
+func (c Cgroup) Sub(t testing.TB, rel string) Cgroup {
+	t.Helper()
+	sub := Cgroup{H: c.H, Path: filepath.Join(c.Path, rel)}
+	if err := os.MkdirAll(sub.Dir(), 0o755); err != nil {
+		t.Fatalf("create cgroup %s: %v", sub.Dir(), err)
+	}
+	return sub
+}
+
+// NewCgroup creates a fresh cgroup "/vgr-<random>" in h. t.Cleanup kills every process
+// left in its tree and removes it, deepest first.
+func NewCgroup(t testing.TB, h registry.CgroupHierarchy) Cgroup {
+	t.Helper()
+	RequireRoot(t)
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	c := Cgroup{H: h, Path: "/vgr-" + hex.EncodeToString(rnd[:])}
+	if err := os.Mkdir(c.Dir(), 0o755); err != nil {
+		t.Fatalf("create cgroup %s: %v", c.Dir(), err)
+	}
+	t.Cleanup(func() { removeTree(t, c.Dir()) })
+	return c
+}
+
+func removeTree(t testing.TB, dir string) {
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for _, d := range dirs {
+		b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		var err error
+		// A killed process leaves its cgroup a moment after SIGKILL.
+		for try := 0; try < 200; try++ {
+			if err = os.Remove(dirs[i]); err == nil || errors.Is(err, fs.ErrNotExist) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("remove cgroup %s: %v", dirs[i], err)
+		}
+	}
+}
+
+// Move puts pid into c.
+func (c Cgroup) Move(t testing.TB, pid int) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(c.Dir(), "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		t.Fatalf("move pid %d into cgroup %s: %v", pid, c.Dir(), err)
+	}
+}
+
+// childEnv selects child mode in a re-executed test binary.
+const childEnv = "VGR_REGISTRYTEST_CHILD"
+
+// Spec is what a child does once released: Count registrations of Request, all at once,
+// each with the retrying client. Count 0: it only sleeps (a process to fill a cgroup).
+type Spec struct {
+	Socket  string
+	Request registry.Request
+	Count   int
+}
+
+// Report is what a child prints after its registrations.
+type Report struct {
+	PID      int
+	Statuses []string // per registration: the status name, or "error: ..."
+	Messages []string
+}
+
+// RunChildIfRequested runs the child and exits when this process is one; else it returns.
+func RunChildIfRequested() {
+	spec := os.Getenv(childEnv)
+	if spec == "" {
+		return
+	}
+	os.Exit(runChild(spec))
+}
+
+func runChild(specJSON string) int {
+	var spec Spec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "child spec:", err)
+		return 2
+	}
+	in := bufio.NewReader(os.Stdin)
+	if _, err := in.ReadString('\n'); err != nil { // released once moved into its cgroup
+		return 2
+	}
+	rep := Report{PID: os.Getpid(), Statuses: make([]string, spec.Count), Messages: make([]string, spec.Count)}
+	var wg sync.WaitGroup
+	for i := range spec.Count {
+		wg.Go(func() {
+			c := registry.Client{Socket: spec.Socket}
+			res, err := c.Register(context.Background(), spec.Request)
+			if err != nil {
+				rep.Statuses[i] = "error: " + err.Error()
+				return
+			}
+			rep.Statuses[i] = res.Response.Status.String()
+			rep.Messages[i] = res.Response.Message
+		})
+	}
+	wg.Wait()
+	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
+		return 2
+	}
+	_, _ = io.Copy(io.Discard, in) // stay alive (and in the cgroup) until stdin closes
+	return 0
+}
+
+// Child is a running child process.
+type Child struct {
+	PID   int
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+	done  chan struct{}
+}
+
+// StartChild starts a child in cgroup c and releases it: it registers as spec says and
+// stays alive until t ends (or Stop). Its report is read by Report.
+func StartChild(t testing.TB, c Cgroup, spec Spec) *Child {
+	t.Helper()
+	b, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// The race detector sleeps 1 s at exit by default: children exit often.
+	cmd.Env = append(os.Environ(), childEnv+"="+string(b), "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start child: %v", err)
+	}
+	ch := &Child{PID: cmd.Process.Pid, cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(ch.done) }()
+	t.Cleanup(ch.Stop)
+	c.Move(t, ch.PID)
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatalf("release child: %v", err)
+	}
+	return ch
+}
+
+// Report waits for the child's report (its registrations done).
+func (ch *Child) Report(t testing.TB) Report {
+	t.Helper()
+	line, err := ch.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("child %d gave no report: %v", ch.PID, err)
+	}
+	var rep Report
+	if err := json.Unmarshal([]byte(line), &rep); err != nil {
+		t.Fatalf("child report %q: %v", line, err)
+	}
+	return rep
+}
+
+// Stop ends the child (stdin closed, SIGKILL after 5 s) and reaps it. Safe to call twice.
+func (ch *Child) Stop() {
+	_ = ch.stdin.Close()
+	select {
+	case <-ch.done:
+		return
+	case <-time.After(5 * time.Second):
+	}
+	_ = ch.cmd.Process.Kill()
+	<-ch.done
+}

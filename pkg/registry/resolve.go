@@ -1,0 +1,48 @@
+package registry
+
+// Container is the target of an NRI-path registration: the newest instance of one
+// (pod UID, container name), as the NRI plugin's cache knows it.
+type Container struct {
+	// ID is the container ID (logs).
+	ID string
+	// ClaimUID is the vGPU claim the container uses (logs).
+	ClaimUID string
+	// ConfigDir is the host directory mounted at /etc/vgpu-dra/config in the container
+	// (claimdir.Layout.ContainerDirs(...).Config); pids.config is written there.
+	ConfigDir string
+	// InitPID is the container's init PID as recorded at StartContainer; 0 while the
+	// container is created but not started.
+	InitPID int
+	// Cgroup is the container's cgroup in the registry's hierarchy (CgroupHierarchy.OfPID of
+	// the init PID, taken at StartContainer). Empty: the registry derives it from InitPID
+	// on each registration.
+	Cgroup string
+}
+
+// ContainerResolver answers "which container is this?" for the NRI path. The NRI plugin's
+// cache satisfies it through a thin adapter.
+type ContainerResolver interface {
+	// Synced reports whether the cache has completed its first Synchronize with the runtime:
+	// before that, a miss may only mean "not rebuilt yet" and is answered RETRY.
+	Synced() bool
+	// Container returns the newest instance of (podUID, containerName).
+	Container(podUID, containerName string) (Container, bool)
+}
+
+// Claim is the target of a per-claim registration.
+type Claim struct {
+	// UID is the claim's UID.
+	UID string
+	// ReservedFor are the UIDs of the pods the claim is reserved for.
+	ReservedFor []string
+	// ConfigDir is the claim's one config directory (claimdir.Layout.PerClaimDirs(...).Config).
+	ConfigDir string
+}
+
+// ClaimResolver answers "which claim is this?" for the per-claim path. CheckpointClaims
+// adapts the checkpoint to it.
+type ClaimResolver interface {
+	// ClaimByRegisterUUID returns the claim prepared on the per-claim path whose register
+	// UUID is uuid.
+	ClaimByRegisterUUID(uuid string) (Claim, bool)
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/featuregates"
+	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
 	"github.com/vgpu-dra/vgpu-dra/pkg/plugin"
 )
 
@@ -99,6 +100,10 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "Kubeconfig file; in-cluster configuration when empty.")
 	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", 50, "Client-side QPS limit for API requests (client-go's default of 5 turns a burst of pods into seconds).")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", 100, "Client-side burst for API requests.")
+	fs.StringVar(&c.NRISocket, "nri-socket", nri.DefaultSocket, "The container runtime's NRI socket (feature gate NRISupport).")
+	fs.StringVar(&c.NRIPluginIndex, "nri-plugin-index", nri.DefaultPluginIndex, "NRI plugin index, two digits; the runtime sees <index>-<driver name>.")
+	fs.DurationVar(&c.NRIFailureGrace, "nri-failure-grace", nri.DefaultFailureGrace, "After a good NRI session, how long NRI may be lost before the liveness probe fails.")
+	fs.StringVar(&c.DebugSocket, "debug-socket", "", `Unix socket of the JSON debug endpoint (NRI state, cache, prepared claims); default <state-dir>/debug.sock, "-" disables it.`)
 	gates.AddFlag(fs)
 	logsapi.AddFlags(f.logging, fs)
 	return f, nil

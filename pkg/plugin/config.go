@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
@@ -37,6 +38,16 @@ type Config struct {
 	Kubeconfig     string
 	KubeAPIQPS     float32
 	KubeAPIBurst   int
+
+	// NRISocket is the runtime's NRI socket (--nri-socket); required when NRI is on.
+	NRISocket string
+	// NRIPluginIndex is the NRI plugin index (--nri-plugin-index); "00" when empty.
+	NRIPluginIndex string
+	// NRIFailureGrace is how long NRI may be lost, after a good session, before liveness
+	// fails (--nri-failure-grace); 3m when zero.
+	NRIFailureGrace time.Duration
+	// DebugSocket is the debug endpoint's unix socket; <state>/debug.sock when empty, "-" off.
+	DebugSocket string
 
 	// Feature gates, resolved by cmd.
 	VGPU        bool
@@ -95,11 +106,20 @@ func (c Config) Validate() error {
 	if c.NRI && !c.VGPU {
 		errs = append(errs, errors.New("feature gate NRISupport requires VGPUSupport"))
 	}
+	if c.NRI && c.NRISocket == "" {
+		errs = append(errs, errors.New("--nri-socket is required with NRISupport"))
+	}
+	if len(c.NRIPluginIndex) > 0 && (len(c.NRIPluginIndex) != 2 || c.NRIPluginIndex[0] < '0' || c.NRIPluginIndex[0] > '9' || c.NRIPluginIndex[1] < '0' || c.NRIPluginIndex[1] > '9') {
+		errs = append(errs, fmt.Errorf("--nri-plugin-index %q: want two digits", c.NRIPluginIndex))
+	}
+	if c.NRIFailureGrace < 0 {
+		errs = append(errs, errors.New("--nri-failure-grace must not be negative"))
+	}
 	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
 		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
 	}
 	// Unix socket paths are limited to 108 bytes; the kubelet's and ours must fit.
-	for _, sock := range []string{c.DRASocket(), c.RegistrarSocket()} {
+	for _, sock := range []string{c.DRASocket(), c.RegistrarSocket(), c.DebugSocketPath()} {
 		if len(sock) >= 100 {
 			errs = append(errs, fmt.Errorf("socket path %s is %d bytes; unix sockets need under 100: shorten --kubelet-dir or --driver-name", sock, len(sock)))
 		}

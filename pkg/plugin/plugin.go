@@ -19,12 +19,12 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
-	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/health"
 	"github.com/vgpu-dra/vgpu-dra/pkg/instancelock"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
 )
 
 // Deps lets tests replace what a node provides.
@@ -50,6 +50,9 @@ type Plugin struct {
 	health     *health.Server
 	healthAddr net.Addr
 	done       chan struct{}
+	kube       kubernetes.Interface
+	nri        *nri.Supervisor // nil when NRI is off
+	nriCache   *nri.Cache
 }
 
 // Start brings the plugin up: instance lock first (one instance per node), then inventory,
@@ -93,11 +96,16 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		}
 	}
 
+	p.kube = kube
 	d, err := p.newDriver(ctx, devices, deps.BootID)
 	if err != nil {
 		return nil, err
 	}
 	p.driver = d
+	// NRI connects once the checkpoint is loaded and recovered, before the kubelet can call.
+	if err := p.startNRI(ctx); err != nil {
+		return nil, err
+	}
 
 	watch := &registrationWatch{}
 	helper, err := kubeletplugin.Start(ctx, d,
@@ -183,16 +191,12 @@ func (p *Plugin) newDriver(ctx context.Context, devices []gpu.Device, bootID str
 			return deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
 		}
 	}
-	path := contract.PathPerClaim
-	if cfg.NRI {
-		path = contract.PathNRI
-	}
 	d, err := driver.New(driver.Config{
 		DriverName: cfg.DriverName, NodeName: cfg.NodeName, MemoryReserve: cfg.MemoryReserve,
 		VGPU: cfg.VGPU, BootID: bootID,
 	}, driver.Deps{
 		Devices: devices, Checkpoint: store, CDI: writer, Dirs: dirs, Metrics: p.metrics,
-		Paths: driver.StaticPath(path), PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
+		Paths: p.claimPaths(store, dirs), PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
 	})
 	if err != nil {
 		return nil, err

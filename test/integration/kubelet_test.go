@@ -40,6 +40,9 @@ type node struct {
 	gpus   *gpu.Simulated
 	plugin *plugin.Plugin
 	bootID string
+	// nri is the NRI runtime the plugin connects to (in this process), nil when NRI is off
+	// or a test points NRISocket elsewhere.
+	nri *nriRuntime
 }
 
 // newNode lays out a node under a short temp dir (unix socket paths must stay under 100 bytes).
@@ -65,8 +68,12 @@ func newNode(t testing.TB, mutate ...func(*plugin.Config)) *node {
 			VGPU: true, NRI: true, HealthCheck: true,
 		},
 	}
+	n.cfg.NRISocket = filepath.Join(root, "nri.sock")
 	for _, m := range mutate {
 		m(&n.cfg)
+	}
+	if n.cfg.NRI && n.cfg.NRISocket == filepath.Join(root, "nri.sock") {
+		n.nri = startNRIRuntime(t, n.cfg.NRISocket)
 	}
 	// The kubelet creates its plugin registration directory; the plugin only binds in it.
 	if err := os.MkdirAll(filepath.Join(n.cfg.KubeletDir, "plugins_registry"), 0o750); err != nil {

@@ -190,19 +190,19 @@ func (rt *nriRuntime) remove(ctx context.Context, id string) error {
 
 // runtimeCmd is one command to a runtime in a child process, and its answer.
 type runtimeCmd struct {
-	Op    string            `json:"op"` // pod, create, start, stop, remove, bench
-	Pod   *api.PodSandbox   `json:"pod,omitempty"`
-	PodID string            `json:"podID,omitempty"`
-	Ctr   *api.Container    `json:"ctr,omitempty"`
-	ID    string            `json:"id,omitempty"`
-	PID   uint32            `json:"pid,omitempty"`
-	N     int               `json:"n,omitempty"`
+	Op    string          `json:"op"` // pod, create, start, stop, remove, bench
+	Pod   *api.PodSandbox `json:"pod,omitempty"`
+	PodID string          `json:"podID,omitempty"`
+	Ctr   *api.Container  `json:"ctr,omitempty"`
+	ID    string          `json:"id,omitempty"`
+	PID   uint32          `json:"pid,omitempty"`
+	N     int             `json:"n,omitempty"`
 }
 
 type runtimeAnswer struct {
-	Err       string                  `json:"err,omitempty"`
+	Err       string                   `json:"err,omitempty"`
 	Adjust    *api.ContainerAdjustment `json:"adjust,omitempty"`
-	Latencies []time.Duration         `json:"latencies,omitempty"`
+	Latencies []time.Duration          `json:"latencies,omitempty"`
 }
 
 // runtimeChild is the child process's main: a runtime on $VGPU_NRI_SOCKET that replays and

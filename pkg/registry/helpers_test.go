@@ -31,7 +31,7 @@ type containers struct {
 	mu     sync.Mutex
 	synced bool
 	byKey  map[string]registry.Container
-	hook   func() // runs inside Container (to block or panic)
+	hook   func(pod string) // runs inside Container (to block or panic)
 }
 
 func newContainers() *containers { return &containers{byKey: map[string]registry.Container{}} }
@@ -48,7 +48,7 @@ func (c *containers) Container(pod, name string) (registry.Container, bool) {
 	ctr, ok := c.byKey[pod+"/"+name]
 	c.mu.Unlock()
 	if hook != nil {
-		hook()
+		hook(pod)
 	}
 	return ctr, ok
 }

@@ -26,30 +26,71 @@ func WritePIDsConfig(configDir string, list func() ([]int, error)) error {
 		return fmt.Errorf("open config dir %s: %w", configDir, err)
 	}
 	defer unix.Close(dfd)
-	// O_NONBLOCK: a FIFO planted in place of the file must not hang the server (fstat refuses it).
-	fd, err := unix.Openat(dfd, contract.PIDsConfigName,
-		unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, contract.PIDsConfigMode)
-	if err != nil {
-		return fmt.Errorf("open %s/%s: %w", configDir, contract.PIDsConfigName, err)
+	name := configDir + "/" + contract.PIDsConfigName
+	for range 3 {
+		fd, created, err := openPIDsFile(dfd)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", name, err)
+		}
+		retry, err := writeLocked(fd, dfd, created, name, list)
+		_ = unix.Close(fd) // releases the lock
+		if !retry {
+			return err
+		}
 	}
-	f := os.NewFile(uintptr(fd), configDir+"/"+contract.PIDsConfigName)
-	defer f.Close()
+	return fmt.Errorf("write %s: the file kept disappearing", name)
+}
+
+// openPIDsFile opens pids.config for writing, creating it if missing (created says so).
+// O_NONBLOCK: a FIFO planted in place of the file must not hang the server (the caller's
+// fstat refuses it).
+func openPIDsFile(dfd int) (fd int, created bool, err error) {
+	const flags = unix.O_WRONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NONBLOCK
+	for {
+		fd, err = unix.Openat(dfd, contract.PIDsConfigName, flags|unix.O_CREAT|unix.O_EXCL, contract.PIDsConfigMode)
+		if err == nil {
+			return fd, true, nil
+		}
+		if err != unix.EEXIST {
+			return -1, false, err
+		}
+		fd, err = unix.Openat(dfd, contract.PIDsConfigName, flags, 0)
+		if err != unix.ENOENT {
+			return fd, false, err
+		}
+	}
+}
+
+// writeLocked does the locked part of WritePIDsConfig on fd. retry is true when the file
+// was unlinked by another writer while this one waited for the lock.
+func writeLocked(fd, dfd int, created bool, name string, list func() ([]int, error)) (retry bool, err error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("stat %s: %w", f.Name(), err)
+		return false, fmt.Errorf("stat %s: %w", name, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
-		return fmt.Errorf("%s is not a regular file with one link (mode %o, %d links): refusing to write it", f.Name(), st.Mode, st.Nlink)
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 {
+		return false, fmt.Errorf("%s is not a regular file with one link (mode %o, %d links): refusing to write it", name, st.Mode, st.Nlink)
 	}
 	if err := flockRetry(fd, unix.LOCK_EX); err != nil {
-		return fmt.Errorf("lock %s: %w", f.Name(), err)
+		return false, fmt.Errorf("lock %s: %w", name, err)
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, fmt.Errorf("stat %s: %w", name, err)
+	}
+	if st.Nlink == 0 {
+		return true, nil
 	}
 	pids, err := list()
-	if err != nil {
-		return err
+	if err == nil && len(pids) == 0 {
+		err = fmt.Errorf("write %s: %w", name, errNoPIDs)
 	}
-	if len(pids) == 0 {
-		return fmt.Errorf("write %s: %w", f.Name(), errNoPIDs)
+	if err != nil {
+		if created {
+			// Never leave an empty pids.config behind. A writer that opened it meanwhile
+			// sees it unlinked once it holds the lock, and opens it again.
+			_ = unix.Unlinkat(dfd, contract.PIDsConfigName, 0)
+		}
+		return false, err
 	}
 	content := formatPIDs(pids)
 	for off := 0; off < len(content); {
@@ -58,24 +99,24 @@ func WritePIDsConfig(configDir string, list func() ([]int, error)) error {
 			if err == unix.EINTR {
 				continue
 			}
-			return fmt.Errorf("write %s: %w", f.Name(), err)
+			return false, fmt.Errorf("write %s: %w", name, err)
 		}
 		off += n
 	}
 	if err := unix.Ftruncate(fd, int64(len(content))); err != nil {
-		return fmt.Errorf("truncate %s: %w", f.Name(), err)
+		return false, fmt.Errorf("truncate %s: %w", name, err)
 	}
 	if st.Mode&0o7777 != contract.PIDsConfigMode {
 		if err := unix.Fchmod(fd, contract.PIDsConfigMode); err != nil {
-			return fmt.Errorf("chmod %s: %w", f.Name(), err)
+			return false, fmt.Errorf("chmod %s: %w", name, err)
 		}
 	}
 	if os.Geteuid() == 0 && (st.Uid != 0 || st.Gid != 0) {
 		if err := unix.Fchown(fd, 0, 0); err != nil {
-			return fmt.Errorf("chown %s: %w", f.Name(), err)
+			return false, fmt.Errorf("chown %s: %w", name, err)
 		}
 	}
-	return nil // close releases the lock
+	return false, nil
 }
 
 // formatPIDs is "<pid>\n" per PID, in the order given (callers sort).

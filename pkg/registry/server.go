@@ -114,7 +114,8 @@ type Server struct {
 	conns     map[*net.UnixConn]struct{}
 	stopped   bool
 
-	wg sync.WaitGroup
+	wg           sync.WaitGroup
+	shutdownOnce sync.Once
 }
 
 // Start binds the registry socket (staged name renamed into place) and serves it until ctx
@@ -147,7 +148,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	s.wg.Add(2)
 	go s.acceptLoop(ln)
 	go s.watch()
-	context.AfterFunc(s.ctx, s.shutdown)
+	context.AfterFunc(s.ctx, func() { s.shutdownOnce.Do(s.shutdown) })
 	s.logger.Info("Registry serving", "socket", cfg.Socket, "cgroups", s.cgroups.String())
 	return s, nil
 }
@@ -160,10 +161,11 @@ func (s *Server) Socket() string { return s.cfg.Socket }
 // Safe to call more than once.
 func (s *Server) Stop() {
 	s.cancel()
+	s.shutdownOnce.Do(s.shutdown)
 	s.wg.Wait()
 }
 
-// shutdown runs once when the server's context ends.
+// shutdown runs once, when the server's context ends or Stop is called.
 func (s *Server) shutdown() {
 	s.mu.Lock()
 	s.stopped = true

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -270,4 +271,27 @@ func (ch *Child) Stop() {
 	}
 	_ = ch.cmd.Process.Kill()
 	<-ch.done
+}
+
+// Flood opens n connections to sock that each send one byte of a header and stall; they
+// are closed when the test ends.
+func Flood(t testing.TB, sock string, n int) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	for range n {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatalf("flood connection %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Write([]byte("V")); err != nil {
+			t.Fatalf("flood connection %d: %v", len(conns), err)
+		}
+	}
+	return conns
 }

@@ -62,6 +62,17 @@ func DetectCgroupHierarchy(procRoot string) (CgroupHierarchy, error) {
 	return *v2, nil
 }
 
+// UnifiedMount returns the mount point of a cgroup2 file system mounted with root "/" in
+// mountinfo (the content of /proc/<pid>/mountinfo).
+func UnifiedMount(mountinfo string) (string, bool) {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		if m, ok := parseMountinfoLine(line); ok && m.fsType == "cgroup2" && m.root == "/" {
+			return m.mountPoint, true
+		}
+	}
+	return "", false
+}
+
 // String names the hierarchy for logs.
 func (h CgroupHierarchy) String() string {
 	if h.V1Pids {

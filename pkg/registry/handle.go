@@ -53,12 +53,12 @@ func (s *Server) registerContainer(c *net.UnixConn, req Request) Response {
 			// replace it in the cache.
 			return s.retry(s.cfg.RetryAfterNotStarted, "the container's init process is gone")
 		}
+		if cg == "/" {
+			// A container is never the hierarchy's root: the init PID was reused by a
+			// process outside any container, and everything would be "below" it.
+			return Response{Status: StatusDenied, Message: "the container's cgroup is unknown"}
+		}
 		target = cg
-	}
-	if target == "/" {
-		// A container is never the hierarchy's root: this is a reused init PID or a bad
-		// record, and everything would be "below" it.
-		return Response{Status: StatusDenied, Message: "the container's cgroup is unknown"}
 	}
 	p, caller, err := s.callerCgroup(c)
 	if err != nil {

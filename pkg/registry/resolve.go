@@ -14,8 +14,10 @@ type Container struct {
 	// container is created but not started.
 	InitPID int
 	// Cgroup is the container's cgroup in the registry's hierarchy (CgroupHierarchy.OfPID of
-	// the init PID, taken at StartContainer). Empty: the registry derives it from InitPID
-	// on each registration.
+	// the init PID, taken at StartContainer, when the PID is certainly the container's).
+	// It is trusted as given: every caller at or below it passes the peer check. Empty:
+	// the registry derives it from InitPID on each registration and refuses a result that
+	// is the hierarchy's root (a reused PID).
 	Cgroup string
 }
 

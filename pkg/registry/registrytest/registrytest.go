@@ -50,21 +50,14 @@ func Hierarchies(t testing.TB) []registry.CgroupHierarchy {
 	return out
 }
 
-// unified finds a cgroup2 mount with root "/" in mountinfo.
+// unified finds a cgroup2 mount with root "/".
 func unified(t testing.TB) (registry.CgroupHierarchy, bool) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		for i, x := range f {
-			if x == "-" && i+1 < len(f) && f[i+1] == "cgroup2" && len(f) > 4 && f[3] == "/" {
-				return registry.CgroupHierarchy{Mount: f[4], Root: "/", Proc: "/proc"}, true
-			}
-		}
-	}
-	return registry.CgroupHierarchy{}, false
+	mount, ok := registry.UnifiedMount(string(b))
+	return registry.CgroupHierarchy{Mount: mount, Root: "/", Proc: "/proc"}, ok
 }
 
 // RequireRoot fails (never skips) the test when it does not run as root.

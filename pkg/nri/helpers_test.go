@@ -79,7 +79,7 @@ func testClaim(uid string, gpus ...string) Claim {
 }
 
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	layout claimdir.Layout
 	claims *fakeClaims
 	reg    kmetrics.KubeRegistry
@@ -87,7 +87,7 @@ type fixture struct {
 	proc   string
 }
 
-func newFixture(t *testing.T, claims ...Claim) *fixture {
+func newFixture(t testing.TB, claims ...Claim) *fixture {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "vgn-")
 	if err != nil {

@@ -68,7 +68,9 @@ func (s *Server) registerContainer(c *net.UnixConn, req Request) Response {
 	if !Within(caller, target) {
 		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in the container %q of pod %s", p.pid, req.ContainerName, req.PodUID)}
 	}
-	err = WritePIDsConfig(ctr.ConfigDir, func() ([]int, error) { return s.cgroups.PIDs(target) })
+	err = s.writes.do(ctr.ConfigDir+"\x00"+target, func() error {
+		return WritePIDsConfig(ctr.ConfigDir, func() ([]int, error) { return s.cgroups.PIDs(target) })
+	})
 	if err != nil {
 		s.logger.Error(err, "Write pids.config", "container", ctr.ID, "claim", ctr.ClaimUID)
 		return Response{Status: StatusInternal, Message: "writing pids.config failed"}
@@ -102,8 +104,8 @@ func (s *Server) registerForClaim(c *net.UnixConn, req Request) Response {
 		return Response{Status: StatusDenied, Message: fmt.Sprintf("the claim is not reserved for the caller's pod %s", pod)}
 	}
 	s.claimRegs.add(claim.UID, req.RegisterUUID, container)
-	err = WritePIDsConfig(claim.ConfigDir, func() ([]int, error) {
-		return s.claimRegs.pids(claim.UID, s.cgroups)
+	err = s.writes.do(claim.ConfigDir, func() error {
+		return WritePIDsConfig(claim.ConfigDir, func() ([]int, error) { return s.claimRegs.pids(claim.UID, s.cgroups) })
 	})
 	if err != nil {
 		s.logger.Error(err, "Write pids.config", "claim", claim.UID)

@@ -11,13 +11,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
-	"github.com/vgpu-dra/vgpu-dra/pkg/registry/registrytest"
 )
-
-func TestMain(m *testing.M) {
-	registrytest.RunChildIfRequested()
-	os.Exit(m.Run())
-}
 
 const (
 	podA  = "0b5a1c2d-3e4f-4a5b-8c6d-7e8f9a0b1c2d"

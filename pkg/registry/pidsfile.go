@@ -136,3 +136,6 @@ func flockRetry(fd, how int) error {
 		}
 	}
 }
+
+// errPanicked is what callers queued behind a write that panicked receive.
+var errPanicked = errors.New("the pids.config write panicked")

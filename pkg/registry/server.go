@@ -106,6 +106,7 @@ type Server struct {
 	podMu     sync.Mutex
 	perPod    map[string]int
 	claimRegs *claimRegistrations
+	writes    *writeCoalescer
 
 	mu        sync.Mutex
 	ln        *net.UnixListener
@@ -128,7 +129,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg: cfg, deps: deps, logger: klog.FromContext(ctx).WithName("registry"),
 		requests: make(chan struct{}, cfg.MaxRequests), perPod: map[string]int{},
-		claimRegs: newClaimRegistrations(), conns: map[*net.UnixConn]struct{}{},
+		claimRegs: newClaimRegistrations(), writes: newWriteCoalescer(), conns: map[*net.UnixConn]struct{}{},
 	}
 	if deps.Cgroups != nil {
 		s.cgroups = *deps.Cgroups

@@ -4,7 +4,9 @@
 // moved into a cgroup before they register over the socket with the Go client, so the
 // server sees their real SO_PEERCRED and /proc/<pid>/cgroup.
 //
-// A test package that starts children calls RunChildIfRequested first thing in TestMain.
+// Child mode is selected by an environment variable and entered from this package's init,
+// before the test binary's TestMain: a test package needs no hook of its own to start
+// children, and does not collide with the TestMain it may already have.
 package registrytest
 
 import (
@@ -145,12 +147,14 @@ func (c Cgroup) Move(t testing.TB, pid int) {
 // childEnv selects child mode in a re-executed test binary.
 const childEnv = "VGR_REGISTRYTEST_CHILD"
 
-// Spec is what a child does once released: Count registrations of Request, all at once,
-// each with the retrying client. Count 0: it only sleeps (a process to fill a cgroup).
+// Spec is what a child does once released: Count registrations of Request with the
+// retrying client, by Workers goroutines (0: all at once). Count 0: it only sleeps (a
+// process to fill a cgroup).
 type Spec struct {
 	Socket  string
 	Request registry.Request
 	Count   int
+	Workers int
 }
 
 // Report is what a child prints after its registrations.
@@ -158,15 +162,17 @@ type Report struct {
 	PID      int
 	Statuses []string // per registration: the status name, or "error: ..."
 	Messages []string
+	// Latencies are per registration, including retries, in nanoseconds.
+	Latencies []int64
+	// WallNS is the time from release to the last answer.
+	WallNS int64
 }
 
-// RunChildIfRequested runs the child and exits when this process is one; else it returns.
-func RunChildIfRequested() {
-	spec := os.Getenv(childEnv)
-	if spec == "" {
-		return
+// init runs the child and exits when this process is one.
+func init() {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(runChild(spec))
 	}
-	os.Exit(runChild(spec))
 }
 
 func runChild(specJSON string) int {
@@ -179,21 +185,37 @@ func runChild(specJSON string) int {
 	if _, err := in.ReadString('\n'); err != nil { // released once moved into its cgroup
 		return 2
 	}
-	rep := Report{PID: os.Getpid(), Statuses: make([]string, spec.Count), Messages: make([]string, spec.Count)}
-	var wg sync.WaitGroup
+	rep := Report{PID: os.Getpid(), Statuses: make([]string, spec.Count), Messages: make([]string, spec.Count),
+		Latencies: make([]int64, spec.Count)}
+	workers := spec.Workers
+	if workers <= 0 {
+		workers = spec.Count
+	}
+	next := make(chan int, spec.Count)
 	for i := range spec.Count {
+		next <- i
+	}
+	close(next)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range workers {
 		wg.Go(func() {
 			c := registry.Client{Socket: spec.Socket}
-			res, err := c.Register(context.Background(), spec.Request)
-			if err != nil {
-				rep.Statuses[i] = "error: " + err.Error()
-				return
+			for i := range next {
+				t0 := time.Now()
+				res, err := c.Register(context.Background(), spec.Request)
+				rep.Latencies[i] = int64(time.Since(t0))
+				if err != nil {
+					rep.Statuses[i] = "error: " + err.Error()
+					continue
+				}
+				rep.Statuses[i] = res.Response.Status.String()
+				rep.Messages[i] = res.Response.Message
 			}
-			rep.Statuses[i] = res.Response.Status.String()
-			rep.Messages[i] = res.Response.Message
 		})
 	}
 	wg.Wait()
+	rep.WallNS = int64(time.Since(start))
 	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
 		return 2
 	}

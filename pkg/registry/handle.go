@@ -80,7 +80,9 @@ func (s *Server) registerContainer(c *net.UnixConn, req Request) Response {
 
 // registerForClaim is the per-claim path: the claim of the register UUID; the caller's pod
 // (from its cgroup) must be one the claim is reserved for; pids.config lists the processes of
-// every container registered for the claim.
+// every container registered for the claim. The optional pod_uid and container_name of the
+// request play no part: on this path nothing sets them for the container (an image may
+// carry stale values), and the cgroup is the authority on the caller's pod.
 func (s *Server) registerForClaim(c *net.UnixConn, req Request) Response {
 	if s.deps.Claims == nil {
 		return Response{Status: StatusNotFound, Message: "this node has no per-claim registrations"}
@@ -98,8 +100,6 @@ func (s *Server) registerForClaim(c *net.UnixConn, req Request) Response {
 	switch {
 	case !ok:
 		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in a pod's container cgroup", p.pid)}
-	case req.PodUID != "" && req.PodUID != pod:
-		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in pod %s", p.pid, req.PodUID)}
 	case !slices.Contains(claim.ReservedFor, pod):
 		return Response{Status: StatusDenied, Message: fmt.Sprintf("the claim is not reserved for the caller's pod %s", pod)}
 	}

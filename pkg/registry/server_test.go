@@ -156,9 +156,10 @@ func TestPerClaimUnion(t *testing.T) {
 			if rep := x.Report(t); rep.Statuses[0] != "DENIED" {
 				t.Fatalf("pod outside reservedFor: %s %s", rep.Statuses[0], rep.Messages[0])
 			}
-			lying := rt.StartChild(t, ctrB, rt.Spec{Socket: s.Socket(), Count: 1, Request: registry.Request{RegisterUUID: uuidR, PodUID: podA}})
-			if rep := lying.Report(t); rep.Statuses[0] != "DENIED" {
-				t.Fatalf("pod B naming pod A: %s %s", rep.Statuses[0], rep.Messages[0])
+			// The request's own pod_uid plays no part: the cgroup says pod B, which is reserved.
+			lying := rt.StartChild(t, ctrB, rt.Spec{Socket: s.Socket(), Count: 1, Request: registry.Request{RegisterUUID: uuidR, PodUID: uuidR}})
+			if rep := lying.Report(t); rep.Statuses[0] != "OK" {
+				t.Fatalf("pod B naming another pod: %s %s", rep.Statuses[0], rep.Messages[0])
 			}
 			outside := rt.StartChild(t, kube, rt.Spec{Socket: s.Socket(), Count: 1, Request: req})
 			if rep := outside.Report(t); rep.Statuses[0] != "DENIED" {
@@ -168,7 +169,7 @@ func TestPerClaimUnion(t *testing.T) {
 			if err != nil || resp.Status != registry.StatusNotFound {
 				t.Fatalf("unknown UUID: %+v, %v", resp, err)
 			}
-			if got, want := readPIDs(t, dir), sorted(a.PID, b.PID); !slices.Equal(got, want) {
+			if got, want := readPIDs(t, dir), sorted(a.PID, b.PID, lying.PID); !slices.Equal(got, want) {
 				t.Fatalf("pids.config after refusals = %v, want %v", got, want)
 			}
 

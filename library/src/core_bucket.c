@@ -72,12 +72,14 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 
 	/* Integral of the error (pp * s), bounded so that a long idle period cannot wind it up. */
 	double integral = (double)atomic_load(&b->integral) / 1e6;
-	if (throttled > 0 || util_pct > target)
+	/* Integrate only near the target: large errors (start-up, load changes) are the
+	 * feed-forward's job, and winding the integral up there would overshoot afterwards. */
+	if ((throttled > 0 || util_pct > target) && fabs(target - util_pct) < 5)
 		integral += (target - util_pct) * window_s;
-	if (integral > 20)
-		integral = 20;
-	if (integral < -20)
-		integral = -20;
+	if (integral > 10)
+		integral = 10;
+	if (integral < -10)
+		integral = -10;
 	atomic_store(&b->integral, (int64_t)(integral * 1e6));
 	double goal = target + 0.5 * integral;
 	if (goal < target * 0.5)

@@ -31,12 +31,13 @@ static void control(int index, struct core_bucket *b, uint64_t window_ns)
 		atomic_store(&nvml_dev[index], dev);
 	}
 	double util = -1;
-	uint64_t seen = atomic_load(&b->util_seen_us);
+	uint64_t prev = atomic_load(&b->util_seen_us), seen = prev;
 	vgpu_runtime_refresh_pids();
 	if (dev != NULL && vgpu_nvml_container_util(dev, &vgpu_rt.pids, &seen, &util) == 0) {
-		uint64_t first = atomic_exchange(&b->util_seen_us, seen);
-		if (first == 0)
-			util = -1; /* the first measurement only sets the baseline */
+		if (seen != prev)
+			atomic_store(&b->util_seen_us, seen);
+		if (prev == 0 && seen != 0)
+			util = -1; /* the first samples cover an unknown past: baseline only */
 	} else {
 		util = -1; /* no measurement: the rate stays, refill goes on by time */
 	}

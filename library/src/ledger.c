@@ -168,7 +168,7 @@ static uint64_t hooked_total(const struct ledger_file *f, int dev)
 	uint64_t sum = 0;
 	for (uint32_t i = 0; i < f->h.high_water; i++)
 		if (f->slot[i].pid != 0)
-			sum += f->slot[i].used[dev];
+			sum += __atomic_load_n(&f->slot[i].used[dev], __ATOMIC_ACQUIRE);
 	return sum;
 }
 
@@ -205,7 +205,7 @@ static int claim_slot(struct vgpu_ledger *l)
 	s->start_time = l->my_start;
 	if ((uint32_t)free_slot >= f->h.high_water)
 		f->h.high_water = (uint32_t)free_slot + 1;
-	l->my_slot = free_slot;
+	__atomic_store_n(&l->my_slot, free_slot, __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -228,7 +228,7 @@ int vgpu_ledger_reserve(struct vgpu_ledger *l, int dev, uint64_t bytes, uint64_t
 	for (int pass = 0; pass < 2; pass++) {
 		uint64_t used = hooked_total(f, dev) + f->h.unseen[dev];
 		if (used <= limit && bytes <= limit - used) {
-			f->slot[l->my_slot].used[dev] += bytes;
+			__atomic_fetch_add(&f->slot[l->my_slot].used[dev], bytes, __ATOMIC_RELEASE);
 			rc = 0;
 			goto out;
 		}
@@ -241,21 +241,22 @@ out:
 	return rc;
 }
 
+/* Without the lock: only this process writes its slot, and a concurrent reader that sees
+ * the old, larger value is merely conservative. Saves two flock calls per free. */
 int vgpu_ledger_release(struct vgpu_ledger *l, int dev, uint64_t bytes)
 {
 	if (dev < 0 || dev >= VGPU_MAX_DEVICES)
 		return -1;
-	if (vgpu_ledger_lock(l) != 0)
+	int slot = __atomic_load_n(&l->my_slot, __ATOMIC_ACQUIRE);
+	if (slot < 0 || l->map->slot[slot].pid != l->my_pid)
 		return -1;
-	int rc = 0;
-	if (claim_slot(l) != 0) {
-		rc = -1;
-	} else {
-		uint64_t *u = &l->map->slot[l->my_slot].used[dev];
-		*u = *u >= bytes ? *u - bytes : 0;
-	}
-	vgpu_ledger_unlock(l);
-	return rc;
+	uint64_t *u = &l->map->slot[slot].used[dev];
+	uint64_t cur = __atomic_load_n(u, __ATOMIC_RELAXED);
+	uint64_t next;
+	do {
+		next = cur >= bytes ? cur - bytes : 0;
+	} while (!__atomic_compare_exchange_n(u, &cur, next, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+	return 0;
 }
 
 int vgpu_ledger_usage(struct vgpu_ledger *l, int dev, uint64_t *hooked, uint64_t *total)

@@ -1,0 +1,244 @@
+/* make bench: added cost of libvgpu per call, against the fake driver called directly in
+ * the same process and run (targets: <= 50 ns per launch without a limit, <= 100 ns with
+ * a core limit, <= 5 us per cuMemAlloc/cuMemFree pair), and the core limit measured end
+ * to end (wall clock, fake GPU) at 30 % and 60 %.
+ *
+ * Without arguments it is the driver: sets up a container root and the scripted registry,
+ * re-runs itself preloaded in each mode, prints a summary. */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <dlfcn.h>
+
+#include "../src/hooks.h"
+#include "fake/fake_state.h"
+#include "server/scripted_registry.h"
+
+CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
+
+static double now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			      CUstream, void **, void **);
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+
+static double time_launch(launch_fn f, long n)
+{
+	double best = 1e30;
+	for (int rep = 0; rep < 5; rep++) {
+		double t0 = now_ns();
+		for (long i = 0; i < n; i++)
+			if (f(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+				exit(3);
+		double per = (now_ns() - t0) / (double)n;
+		if (per < best)
+			best = per;
+	}
+	return best;
+}
+
+static double time_alloc(alloc_fn a, free_fn f, long n)
+{
+	double best = 1e30;
+	for (int rep = 0; rep < 5; rep++) {
+		double t0 = now_ns();
+		for (long i = 0; i < n; i++) {
+			CUdeviceptr p;
+			if (a(&p, 1 << 20) != CUDA_SUCCESS || f(p) != CUDA_SUCCESS)
+				exit(4);
+		}
+		double per = (now_ns() - t0) / (double)n;
+		if (per < best)
+			best = per;
+	}
+	return best;
+}
+
+/* Preloaded child: measure one mode. */
+static int measure(const char *mode)
+{
+	CUcontext ctx;
+	if (cuInit(0) != CUDA_SUCCESS || cuCtxCreate_v2(&ctx, 0, 0) != CUDA_SUCCESS)
+		return 2;
+	void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	launch_fn direct_launch = (launch_fn)dlsym(drv, "fake_cuLaunchKernel");
+	alloc_fn direct_alloc = (alloc_fn)dlsym(drv, "fake_cuMemAlloc_v2");
+	free_fn direct_free = (free_fn)dlsym(drv, "fake_cuMemFree_v2");
+	if (!direct_launch || !direct_alloc || !direct_free)
+		return 2;
+	if (strcmp(mode, "launch") == 0) {
+		/* warm-up: lets the core-limit controller find its rate */
+		double end = now_ns() + 1.5e9;
+		while (now_ns() < end)
+			cuLaunchKernel(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+		double d = time_launch(direct_launch, 2000000);
+		double h = time_launch(cuLaunchKernel, 2000000);
+		printf("%.1f %.1f\n", d, h);
+	} else {
+		double d = time_alloc(direct_alloc, direct_free, 20000);
+		double h = time_alloc(cuMemAlloc_v2, cuMemFree_v2, 20000);
+		printf("%.1f %.1f\n", d, h);
+	}
+	return 0;
+}
+
+static char root[64];
+
+static uint64_t busy_at_sample; /* fake GPU busy time when the sample was taken */
+static double sample_after_s;    /* 0: no sample */
+
+static uint64_t fake_busy(void)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/fake.state", root);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	struct fake_state *fs = mmap(NULL, sizeof(*fs), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (fs == MAP_FAILED)
+		return 0;
+	uint64_t b = fs->busy_total_ns[0];
+	munmap(fs, sizeof(*fs));
+	return b;
+}
+
+static int run_child(const char *self, const char *preload, char *const argv[], const char *const extra[], char *out,
+		     size_t cap)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/out", root);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd < 0 || dup2(fd, 1) < 0)
+			_exit(126);
+		char buf[16][256];
+		char *env[24];
+		int n = 0;
+		snprintf(buf[n], 256, "LD_PRELOAD=%s", preload); env[n] = buf[n]; n++;
+		snprintf(buf[n], 256, "LD_LIBRARY_PATH=%s", FAKE_DIR); env[n] = buf[n]; n++;
+		snprintf(buf[n], 256, "VGPU_TEST_ROOT=%s", root); env[n] = buf[n]; n++;
+		snprintf(buf[n], 256, "FAKE_GPU_STATE=%s/fake.state", root); env[n] = buf[n]; n++;
+		snprintf(buf[n], 256, "MANAGER_VISIBLE_DEVICE_0=%s", FAKE_DEFAULT_UUID); env[n] = buf[n]; n++;
+		snprintf(buf[n], 256, "VGPU_POD_UID=0b7a2c6e-1f7e-4c9e-9d2a-3f1e5b6c7d8e"); env[n] = buf[n]; n++;
+		snprintf(buf[n], 256, "VGPU_CONTAINER_NAME=bench"); env[n] = buf[n]; n++;
+		snprintf(buf[n], 256, "FAKE_PID_OFFSET=100000"); env[n] = buf[n]; n++;
+		snprintf(buf[n], 256, "ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0"); env[n] = buf[n]; n++;
+		for (int i = 0; extra[i]; i++)
+			env[n++] = (char *)extra[i];
+		env[n] = NULL;
+		execve(argv[0], argv, env);
+		_exit(127);
+	}
+	(void)self;
+	if (sample_after_s > 0) {
+		struct timespec ts = { (time_t)sample_after_s, 0 };
+		nanosleep(&ts, NULL);
+		busy_at_sample = fake_busy();
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	int fd = open(path, O_RDONLY);
+	ssize_t got = fd >= 0 ? read(fd, out, cap - 1) : -1;
+	out[got > 0 ? got : 0] = '\0';
+	if (fd >= 0)
+		close(fd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void reset_fake(void)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/fake.state", root);
+	unlink(path);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && strcmp(argv[1], "measure") == 0)
+		return measure(argv[2]);
+	snprintf(root, sizeof(root), "/tmp/vgb.XXXXXX");
+	if (mkdtemp(root) == NULL)
+		return 2;
+	const char *dirs[] = { "/etc", "/etc/vgpu-dra", "/etc/vgpu-dra/registry", "/etc/vgpu-dra/config", "/tmp",
+			       "/tmp/.vgpu_lock", "/tmp/.vmem_node" };
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		char p[128];
+		snprintf(p, sizeof(p), "%s%s", root, dirs[i]);
+		mkdir(p, 0755);
+	}
+	char sock[128], pids[128];
+	snprintf(sock, sizeof(sock), "%s/etc/vgpu-dra/registry/registry.sock", root);
+	snprintf(pids, sizeof(pids), "%s/etc/vgpu-dra/config/pids.config", root);
+	pid_t srv = scripted_registry_start(sock, "OK", pids, 100000, NULL);
+
+	struct { const char *label, *what; const char *env[4]; double target; } modes[] = {
+		{ "cuLaunchKernel, no limit", "launch", { "FAKE_NS_PER_BLOCK=0", NULL }, 50 },
+		{ "cuLaunchKernel, core limit 50%", "launch", { "FAKE_NS_PER_BLOCK=0", "CUDA_CORE_LIMIT_0=50", NULL }, 100 },
+		{ "cuMemAlloc+cuMemFree, no limit", "alloc", { NULL }, 5000 },
+		{ "cuMemAlloc+cuMemFree, memory limit", "alloc", { "CUDA_MEM_LIMIT_0=4096m", NULL }, 5000 },
+	};
+	int rc = 0;
+	printf("%-38s %12s %12s %12s %8s %10s\n", "libvgpu overhead", "driver ns", "hooked ns", "added ns", "ratio",
+	       "target ns");
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		char out[256];
+		reset_fake();
+		char *args[] = { argv[0], "measure", (char *)modes[i].what, NULL };
+		if (run_child(argv[0], LIBVGPU_TEST, args, modes[i].env, out, sizeof(out)) != 0) {
+			printf("%-38s failed\n", modes[i].label);
+			rc = 1;
+			continue;
+		}
+		double d = 0, h = 0;
+		if (sscanf(out, "%lf %lf", &d, &h) != 2)
+			rc = 1;
+		printf("%-38s %12.1f %12.1f %12.1f %8.2f %10.0f\n", modes[i].label, d, h, h - d, d > 0 ? h / d : 0,
+		       modes[i].target);
+	}
+
+	printf("\ncore limit end to end (fake GPU, 1 ms kernels, 12 s run, wall clock; steady state = after 4 s):\n");
+	const int targets[] = { 30, 60 };
+	for (size_t i = 0; i < 2; i++) {
+		char out[256], limit[64];
+		reset_fake();
+		snprintf(limit, sizeof(limit), "CUDA_CORE_LIMIT_0=%d", targets[i]);
+		const char *env[] = { limit, "FAKE_NS_PER_BLOCK=1000", NULL };
+		char *args[] = { PROBE_BIN, "launch", "12", "1000", NULL };
+		sample_after_s = 4;
+		int r = run_child(argv[0], LIBVGPU_TEST, args, env, out, sizeof(out));
+		sample_after_s = 0;
+		char *at = strstr(out, "elapsed=");
+		if (r != 0 || at == NULL) {
+			printf("  target %d%%: failed\n", targets[i]);
+			rc = 1;
+			continue;
+		}
+		double elapsed = atof(at + 8);
+		uint64_t busy = fake_busy();
+		double whole = 100.0 * (double)busy / (elapsed * 1e9);
+		double steady = 100.0 * (double)(busy - busy_at_sample) / ((elapsed - 4) * 1e9);
+		printf("  target %d%%: GPU busy %.1f%% in steady state (error %+.1f pp); %.1f%% over the whole run\n",
+		       targets[i], steady, steady - targets[i], whole);
+	}
+	scripted_registry_stop(srv, sock);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	if (system(cmd) != 0)
+		rc = 1;
+	return rc;
+}

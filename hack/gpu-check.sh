@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# libvgpu on a real NVIDIA GPU: the checks and figures of the library's test suite against
+# the real driver instead of the fake one. By hand on a machine with a GPU, driver and
+# nvidia-smi; no nvcc (kernels are PTX, JIT-compiled by the driver). Not part of CI.
+#
+#   hack/gpu-check.sh [build dir]     (default _output/library; built with cmake if missing)
+#
+# Uses libvgpu-test.so (the shipped library plus VGPU_TEST_ROOT) with a temporary container
+# root and the suite's scripted registry, so it needs neither root nor the kubelet plugin.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-_output/library}
+if [ ! -x "$build/test/gpu_check" ]; then
+	cmake -S library -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build "$build" -j2 --target vgpu vgpu-test gpu_check scripted_registry_main >/dev/null
+fi
+build=$(cd "$build" && pwd)
+lib=$build/libvgpu-test.so
+check=$build/test/gpu_check
+
+sh library/test/check_glibc_versions.sh "$build/libvgpu.so"
+
+uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
+limit_mib=1024
+root=$(mktemp -d /tmp/vgc.XXXXXX)
+mkdir -p "$root/etc/vgpu-dra/registry" "$root/etc/vgpu-dra/config" "$root/tmp/.vgpu_lock" "$root/tmp/.vmem_node"
+"$build/test/scripted_registry_main" "$root/etc/vgpu-dra/registry/registry.sock" OK \
+	"$root/etc/vgpu-dra/config/pids.config" 0 &
+registry=$!
+cleanup() {
+	kill "$registry" 2>/dev/null || true
+	wait "$registry" 2>/dev/null || true
+	rm -rf "$root"
+}
+trap cleanup EXIT
+
+# One visible GPU (index 0), limited; NVML PIDs are host PIDs here (offset 0).
+vgpu_env=(LD_PRELOAD="$lib" VGPU_TEST_ROOT="$root" CUDA_VISIBLE_DEVICES=0 MANAGER_VISIBLE_DEVICE_0="$uuid"
+	VGPU_POD_UID=0b7a2c6e-1f7e-4c9e-9d2a-3f1e5b6c7d8e VGPU_CONTAINER_NAME=gpu-check)
+fail=0
+expect() { # expect <what> <output> <text>
+	if grep -qF -- "$3" <<<"$2"; then echo "ok   $1"; else echo "FAIL $1: wanted '$3' in:"; echo "$2"; fail=1; fi
+}
+
+echo "== memory limit ${limit_mib} MiB on $uuid"
+out=$(env "${vgpu_env[@]}" CUDA_MEM_LIMIT_0=${limit_mib}m "$check" info $limit_mib)
+echo "$out"
+expect "cuMemGetInfo reports the limit" "$out" "total ${limit_mib} MiB"
+expect "allocation over the limit refused" "$out" "alloc limit+1MiB: 2"
+expect "allocation within the limit" "$out" "alloc limit/2: 0"
+expect "NVML reports the limit" "$out" "nvmlDeviceGetMemoryInfo: total ${limit_mib} MiB"
+
+echo "== refusal without the container directories"
+out=$(env "${vgpu_env[@]}" VGPU_TEST_ROOT=/nonexistent CUDA_MEM_LIMIT_0=${limit_mib}m "$check" info $limit_mib 2>&1)
+expect "cuInit refused with a message" "$out" "refusing to run CUDA"
+
+echo "== overhead (best of 5; the driver alone vs preloaded)"
+base=$(CUDA_VISIBLE_DEVICES=0 "$check" launch 200000 | sed -n 's/launch_ns=//p')
+nolim=$(env "${vgpu_env[@]}" "$check" launch 200000 | sed -n 's/launch_ns=//p')
+core=$(env "${vgpu_env[@]}" CUDA_CORE_LIMIT_0=99 "$check" launch 200000 | sed -n 's/launch_ns=//p')
+abase=$(CUDA_VISIBLE_DEVICES=0 "$check" alloc 20000 | sed -n 's/alloc_pair_ns=//p')
+amem=$(env "${vgpu_env[@]}" CUDA_MEM_LIMIT_0=${limit_mib}m "$check" alloc 20000 | sed -n 's/alloc_pair_ns=//p')
+awk -v b="$base" -v n="$nolim" -v c="$core" -v ab="$abase" -v am="$amem" 'BEGIN {
+	printf "cuLaunchKernel: driver %.0f ns, no limit +%.0f ns (target 50), core limit +%.0f ns (target 100)\n", b, n-b, c-b
+	printf "cuMemAlloc+cuMemFree: driver %.0f ns, memory limit +%.0f ns (target 5000)\n", ab, am-ab }'
+
+echo "== core limit (spinning kernel, 10 s each; utilisation = kernels/s relative to unlimited)"
+cycles=${SPIN_CYCLES:-1000000}
+full=$(env "${vgpu_env[@]}" "$check" spin 5 "$cycles" | sed -n 's/kernels_per_s=//p')
+for target in 30 60; do
+	got=$(env "${vgpu_env[@]}" CUDA_CORE_LIMIT_0=$target "$check" spin 10 "$cycles" | sed -n 's/kernels_per_s=//p')
+	awk -v f="$full" -v g="$got" -v t="$target" 'BEGIN {
+		u = 100 * g / f; printf "target %d%%: %.1f%% (error %+.1f pp, includes start-up)\n", t, u, u - t }'
+done
+exit $fail

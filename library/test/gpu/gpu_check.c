@@ -1,0 +1,152 @@
+/* Checks on a real NVIDIA GPU (hack/gpu-check.sh), no nvcc: kernels are PTX text JIT-compiled
+ * by the driver. The driver is reached by dlopen + dlsym, i.e. through libvgpu's dlsym route
+ * when it is preloaded. Commands:
+ *   info <limit MiB>          memory info, allocation over / within the limit, NVML view
+ *   launch <n>                ns per cuLaunchKernel of an empty kernel (asynchronous)
+ *   alloc <n>                 ns per cuMemAlloc + cuMemFree pair of 1 MiB
+ *   spin <seconds> <cycles>   launch a spinning kernel back to back; prints kernels/s */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../src/cuda_api.h"
+#include "../../src/nvml_api.h"
+
+typedef struct CUmod_st *CUmodule;
+
+static const char ptx[] =
+	".version 6.0\n.target sm_50\n.address_size 64\n"
+	".visible .entry empty()\n{\n\tret;\n}\n"
+	".visible .entry spin(.param .u64 cycles)\n{\n"
+	"\t.reg .u64 %rd<5>;\n\t.reg .pred %p;\n"
+	"\tld.param.u64 %rd1, [cycles];\n\tmov.u64 %rd2, %clock64;\n"
+	"L:\n\tmov.u64 %rd3, %clock64;\n\tsub.u64 %rd4, %rd3, %rd2;\n"
+	"\tsetp.lt.u64 %p, %rd4, %rd1;\n\t@%p bra L;\n\tret;\n}\n";
+
+static void *cuda, *nvml;
+#define SYM(lib, name) ((name##_t *)need(lib, #name))
+static void *need(void *lib, const char *name)
+{
+	void *p = dlsym(lib, name);
+	if (p == NULL) {
+		fprintf(stderr, "gpu_check: %s not found\n", name);
+		exit(2);
+	}
+	return p;
+}
+
+/* function types, from the public driver API documentation */
+typedef CUresult cuInit_t(unsigned);
+typedef CUresult cuCtxCreate_v2_t(CUcontext *, unsigned, CUdevice);
+typedef CUresult cuCtxSynchronize_t(void);
+typedef CUresult cuMemGetInfo_v2_t(size_t *, size_t *);
+typedef CUresult cuMemAlloc_v2_t(CUdeviceptr *, size_t);
+typedef CUresult cuMemFree_v2_t(CUdeviceptr);
+typedef CUresult cuModuleLoadData_t(CUmodule *, const void *);
+typedef CUresult cuModuleGetFunction_t(CUfunction *, CUmodule, const char *);
+typedef CUresult cuLaunchKernel_t(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+				  CUstream, void **, void **);
+typedef nvmlReturn_t nvmlInit_v2_t(void);
+typedef nvmlReturn_t nvmlDeviceGetHandleByIndex_v2_t(unsigned, nvmlDevice_t *);
+typedef nvmlReturn_t nvmlDeviceGetMemoryInfo_t(nvmlDevice_t, nvmlMemory_t *);
+
+static double now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static CUfunction kernel(const char *name)
+{
+	CUmodule m;
+	CUfunction f;
+	if (SYM(cuda, cuModuleLoadData)(&m, ptx) != CUDA_SUCCESS ||
+	    SYM(cuda, cuModuleGetFunction)(&f, m, name) != CUDA_SUCCESS) {
+		fprintf(stderr, "gpu_check: cannot load the PTX kernel %s\n", name);
+		exit(3);
+	}
+	return f;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		return 2;
+	cuda = dlopen("libcuda.so.1", RTLD_NOW);
+	if (cuda == NULL) {
+		fprintf(stderr, "gpu_check: libcuda.so.1: %s\n", dlerror());
+		return 2;
+	}
+	CUresult r = SYM(cuda, cuInit)(0);
+	printf("cuInit=%d\n", r);
+	if (r != CUDA_SUCCESS)
+		return 0;
+	CUcontext ctx;
+	if (SYM(cuda, cuCtxCreate_v2)(&ctx, 0, 0) != CUDA_SUCCESS)
+		return 3;
+	const double MiB = 1024.0 * 1024.0;
+	if (strcmp(argv[1], "info") == 0) {
+		size_t limit = (size_t)strtoull(argv[2], NULL, 10) << 20, f, t;
+		SYM(cuda, cuMemGetInfo_v2)(&f, &t);
+		printf("cuMemGetInfo: free %.0f MiB total %.0f MiB\n", f / MiB, t / MiB);
+		CUdeviceptr p;
+		printf("alloc limit+1MiB: %d (want 2)\n", SYM(cuda, cuMemAlloc_v2)(&p, limit + (1 << 20)));
+		r = SYM(cuda, cuMemAlloc_v2)(&p, limit / 2);
+		printf("alloc limit/2: %d (want 0)\n", r);
+		SYM(cuda, cuMemGetInfo_v2)(&f, &t);
+		printf("cuMemGetInfo after: free %.0f MiB total %.0f MiB (context memory counted via NVML)\n", f / MiB,
+		       t / MiB);
+		nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+		nvmlDevice_t d;
+		nvmlMemory_t m;
+		if (nvml && SYM(nvml, nvmlInit_v2)() == 0 && SYM(nvml, nvmlDeviceGetHandleByIndex_v2)(0, &d) == 0 &&
+		    SYM(nvml, nvmlDeviceGetMemoryInfo)(d, &m) == 0)
+			printf("nvmlDeviceGetMemoryInfo: total %.0f MiB used %.0f MiB\n", m.total / MiB, m.used / MiB);
+	} else if (strcmp(argv[1], "launch") == 0) {
+		long n = atol(argv[2]);
+		CUfunction f = kernel("empty");
+		cuLaunchKernel_t *launch = SYM(cuda, cuLaunchKernel);
+		double best = 1e30;
+		for (int rep = 0; rep < 5; rep++) {
+			double t0 = now_ns();
+			for (long i = 0; i < n; i++)
+				if (launch(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+					return 4;
+			double per = (now_ns() - t0) / (double)n;
+			SYM(cuda, cuCtxSynchronize)();
+			if (per < best)
+				best = per;
+		}
+		printf("launch_ns=%.1f\n", best);
+	} else if (strcmp(argv[1], "alloc") == 0) {
+		long n = atol(argv[2]);
+		double t0 = now_ns();
+		for (long i = 0; i < n; i++) {
+			CUdeviceptr p;
+			if (SYM(cuda, cuMemAlloc_v2)(&p, 1 << 20) != CUDA_SUCCESS || SYM(cuda, cuMemFree_v2)(p) != CUDA_SUCCESS)
+				return 5;
+		}
+		printf("alloc_pair_ns=%.1f\n", (now_ns() - t0) / (double)n);
+	} else if (strcmp(argv[1], "spin") == 0 && argc == 4) {
+		double seconds = atof(argv[2]);
+		unsigned long long cycles = strtoull(argv[3], NULL, 10);
+		void *params[] = { &cycles };
+		CUfunction f = kernel("spin");
+		cuLaunchKernel_t *launch = SYM(cuda, cuLaunchKernel);
+		long n = 0;
+		double t0 = now_ns();
+		while (now_ns() - t0 < seconds * 1e9) {
+			if (launch(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL) != CUDA_SUCCESS)
+				return 6;
+			if (++n % 4 == 0)
+				SYM(cuda, cuCtxSynchronize)();
+		}
+		SYM(cuda, cuCtxSynchronize)();
+		printf("kernels_per_s=%.2f\n", (double)n / ((now_ns() - t0) / 1e9));
+	}
+	return 0;
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/instancelock"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
+	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
 )
 
 // Deps lets tests replace what a node provides.
@@ -53,6 +54,8 @@ type Plugin struct {
 	kube       kubernetes.Interface
 	nri        *nri.Supervisor // nil when NRI is off
 	nriCache   *nri.Cache
+	registry   *registry.Server
+	store      *checkpoint.Store
 }
 
 // Start brings the plugin up: instance lock first (one instance per node), then inventory,
@@ -102,6 +105,11 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		return nil, err
 	}
 	p.driver = d
+	// The registry serves before NRI connects: until the first Synchronize it answers RETRY
+	// (the readiness gate), never a wrong directory.
+	if err := p.startRegistry(ctx, p.store); err != nil {
+		return nil, err
+	}
 	// NRI connects once the checkpoint is loaded and recovered, before the kubelet can call.
 	if err := p.startNRI(ctx); err != nil {
 		return nil, err
@@ -162,6 +170,7 @@ func (p *Plugin) newDriver(ctx context.Context, devices []gpu.Device, bootID str
 	if err != nil {
 		return nil, err
 	}
+	p.store = store
 	dirs := claimdir.Layout{StateDir: cfg.StateDir}
 	libraryInstalled := false
 	if cfg.VGPU {
@@ -213,6 +222,10 @@ func (p *Plugin) Stop() {
 	if p.helper != nil {
 		p.helper.Stop()
 		p.helper = nil
+	}
+	if p.registry != nil {
+		p.registry.Stop()
+		p.registry = nil
 	}
 	if p.ownsGPUs && p.gpus != nil {
 		_ = p.gpus.Close()

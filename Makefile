@@ -49,7 +49,7 @@ bench-go:
 
 bench-library:
 	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build $(LIBRARY_BUILD) -j2
+	cmake --build $(LIBRARY_BUILD) -j2 --target bench_overhead
 	$(LIBRARY_BUILD)/test/bench_overhead
 
 clean:

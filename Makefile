@@ -8,6 +8,7 @@ GO_PACKAGES := ./...
 export TMPDIR ?= /tmp
 
 .PHONY: all build test test-go test-library test-library-asan lint bench bench-go bench-library clean
+.PHONY: cluster-bins cluster-up cluster-down
 
 all: build
 
@@ -54,3 +55,15 @@ bench-library:
 
 clean:
 	rm -rf $(OUTPUT)
+
+## cluster-bins: build (once per version, cached per machine) the local cluster's binaries. See hack/README.md.
+cluster-bins:
+	hack/build-cluster-bins.sh
+
+## cluster-up: start the single-node test cluster (etcd, control plane, containerd, kubelet).
+cluster-up: cluster-bins
+	hack/cluster-up.sh
+
+## cluster-down: stop it and check that nothing it started or changed is left.
+cluster-down:
+	hack/cluster-down.sh

@@ -2,8 +2,8 @@
 # Builds the binaries of the local test cluster from their Go modules (there is no Docker engine
 # and no download but the Go module proxy here) and links them into _output/cluster/bin.
 #
-# Each component is built once per version into a machine-level cache,
-# ${VGPU_DRA_CACHE:-/var/cache/vgpu-dra}/bin/<component>-<version>/, so that a fresh clone of the
+# Each component is built once per version (and build recipe) into a machine-level cache,
+# ${VGPU_DRA_CACHE:-/var/cache/vgpu-dra}/bin/<component>-<version>-<recipe hash>/, so that a fresh clone of the
 # repository on the same machine (CI) reuses it: a cold build takes 30-45 minutes on two cores, a
 # cached run a second. The Go build cache ($(go env GOCACHE)) is machine-level too, so a version
 # bump relinks instead of recompiling everything unchanged.
@@ -60,10 +60,24 @@ run_with_progress() {
   log "built ${label} in $(format_duration $((SECONDS - start)))"
 }
 
+# recipe_hash NAME hashes how NAME is built (its build function, the command lists and, for the
+# wrapper module's components, its go.mod/go.sum), so that changing the recipe without changing
+# the version does not reuse a stale cache entry.
+recipe_hash() {
+  local name="$1"
+  {
+    declare -f "build_${name}"
+    declare -p KUBE_COMMANDS CONTAINERD_COMMANDS
+    if [[ "${name}" == kube || "${name}" == etcd ]]; then
+      cat "${KUBE_MODULE_DIR}/go.mod" "${KUBE_MODULE_DIR}/go.sum"
+    fi
+  } | sha256sum | cut -c1-12
+}
+
 # The cache directory of one component version. It exists only once the build succeeded: builds go
 # to a staging directory that is renamed into place, so an interrupted build is never mistaken for
 # a cached one.
-cache_dir_of() { echo "${CACHE_DIR}/$1-$2"; }
+cache_dir_of() { echo "${CACHE_DIR}/$1-$2-$(recipe_hash "$1")"; }
 
 # build_into_cache NAME VERSION BUILD_FUNCTION: calls BUILD_FUNCTION STAGING_DIR LOGFILE unless
 # NAME-VERSION is already cached.
@@ -80,7 +94,7 @@ build_into_cache() {
   mkdir -p "${staging}"
   # shellcheck disable=SC2064 # expand now: the trap must remove this very directory.
   trap "rm -rf '${staging}'" EXIT
-  "${build_fn}" "${staging}" "${CACHE_DIR}/${name}-${version}.log"
+  "${build_fn}" "${staging}" "${final}.log"
   mv -T "${staging}" "${final}"
   trap - EXIT
 }
@@ -97,7 +111,8 @@ build_kube() {
     version_ldflags+=" -X ${pkg}.gitVersion=${KUBE_VERSION} -X ${pkg}.gitMajor=1"
     version_ldflags+=" -X ${pkg}.gitMinor=37 -X ${pkg}.gitTreeState=clean"
   done
-  run_with_progress "kubernetes ${KUBE_VERSION} (${KUBE_COMMANDS[*]})" "${logfile}" \
+  log "kubernetes commands: ${KUBE_COMMANDS[*]}"
+  run_with_progress "kubernetes ${KUBE_VERSION}" "${logfile}" \
     env -C "${KUBE_MODULE_DIR}" CGO_ENABLED=0 GOFLAGS=-mod=readonly \
     nice -n 19 go build -trimpath -ldflags "-s -w${version_ldflags}" -o "${staging}/" "${pkgs[@]}"
 }
@@ -116,7 +131,8 @@ build_containerd() {
   for cmd in "${CONTAINERD_COMMANDS[@]}"; do
     pkgs+=("github.com/containerd/containerd/v2/cmd/${cmd}@${CONTAINERD_VERSION}")
   done
-  run_with_progress "containerd ${CONTAINERD_VERSION} (${CONTAINERD_COMMANDS[*]})" "${logfile}" \
+  log "containerd commands: ${CONTAINERD_COMMANDS[*]}"
+  run_with_progress "containerd ${CONTAINERD_VERSION}" "${logfile}" \
     env GOBIN="${staging}" CGO_ENABLED=1 GOFLAGS= nice -n 19 go install -trimpath \
     -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_VERSION}" \
     "${pkgs[@]}"

@@ -153,6 +153,10 @@ func tarDirectory(dir, out string) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
+	// CreateTemp makes the file 0600; an image archive is not a secret.
+	if err = tmp.Chmod(0o644); err != nil {
+		return err
+	}
 	tw := tar.NewWriter(tmp)
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, walkErr error) error {
 		if walkErr != nil || p == dir {

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Assembles the local cluster's container images from host files (there is no container engine
+# and no registry here) and imports them into the cluster's containerd.
+#
+# Usage: hack/images.sh [--no-import] IMAGE...
+#   pause          docker.io/vgpu-dra/pause:dev, the pod sandbox (hack/images/pause.c, gcc -static)
+#   test-workload  docker.io/vgpu-dra/test-workload:dev, Debian's static busybox (sh, cat, mount ...)
+#   plugin         docker.io/vgpu-dra/vgpu-dra:dev, every binary in _output/bin (make build) with the
+#                  shared libraries it links, plus libvgpu.so once it is built (PLUGIN_LIBVGPU)
+#   base           pause and test-workload (what cluster-up imports)
+# Archives are written to _output/cluster/images/<image>.tar (OCI image layout, see
+# hack/tools/cmd/imagetool). `ctr images import` of an unchanged archive is a no-op.
+set -euo pipefail
+
+export LOG_NAME="${LOG_NAME:-images}"
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=hack/lib/cluster.sh
+source "${HACK_DIR}/lib/cluster.sh"
+
+readonly IMAGE_DIR="${REPO_ROOT}/_output/cluster/images"
+readonly IMAGETOOL="${REPO_ROOT}/_output/cluster/bin/imagetool"
+# Where the plugin image takes its files from; see build_plugin_image.
+readonly PLUGIN_BIN_DIR="${PLUGIN_BIN_DIR:-${REPO_ROOT}/_output/bin}"
+readonly PLUGIN_LIBVGPU="${PLUGIN_LIBVGPU:-${REPO_ROOT}/_output/lib/libvgpu.so}"
+# Path of libvgpu.so in the plugin image, from which the plugin installs it into the state dir.
+readonly PLUGIN_IMAGE_LIBVGPU="/usr/local/lib/vgpu-dra/libvgpu.so"
+
+# build_imagetool compiles the image tool from its own module (Go's build cache makes a repeat a
+# matter of a second).
+build_imagetool() {
+  mkdir -p "$(dirname "${IMAGETOOL}")"
+  (cd "${HACK_DIR}/tools" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "${IMAGETOOL}" ./cmd/imagetool)
+}
+
+build_pause_image() {
+  local work="$1"
+  gcc -std=c11 -Wall -Wextra -Werror -O2 -static -s -o "${work}/pause" "${HACK_DIR}/images/pause.c"
+  "${IMAGETOOL}" -o "${IMAGE_DIR}/pause.tar" -name "${PAUSE_IMAGE}" \
+    -add "${work}/pause:/pause:755" -entrypoint '["/pause"]'
+}
+
+# build_test_workload_image: busybox from Debian's busybox-static with one symlink per applet,
+# plus the few files that tools inside expect (/tmp, /etc/passwd).
+build_test_workload_image() {
+  local work="$1" busybox applet args=()
+  busybox="$(command -v busybox)" || die "busybox not found: apt-get install busybox-static"
+  file -L "${busybox}" 2>/dev/null | grep -q 'statically linked' ||
+    die "${busybox} is not static: apt-get install busybox-static"
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"${work}/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"${work}/group"
+  args+=(-add "${busybox}:/bin/busybox:755" -add "${work}/passwd:/etc/passwd:644"
+    -add "${work}/group:/etc/group:644" -dir /tmp:1777 -dir /root:700 -dir /proc -dir /sys -dir /dev)
+  for applet in $("${busybox}" --list); do
+    [[ "${applet}" == busybox ]] || args+=(-symlink "/bin/${applet}:busybox")
+  done
+  "${IMAGETOOL}" -o "${IMAGE_DIR}/test-workload.tar" -name "${TEST_WORKLOAD_IMAGE}" \
+    -cmd '["/bin/sh"]' "${args[@]}"
+}
+
+# shared_libraries BINARY... prints every shared library (and the dynamic loader) the binaries
+# load, by host path. Static binaries (CGO_ENABLED=0) print nothing.
+shared_libraries() {
+  local bin
+  for bin in "$@"; do
+    ldd "${bin}" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
+  done | sort -u
+}
+
+# build_plugin_image: the DaemonSet's image. Binaries go to /usr/local/bin (on PATH), their shared
+# libraries to the same paths as on this host, libvgpu.so (when built) to PLUGIN_IMAGE_LIBVGPU.
+# To add files, extend the args here; keep the layout in step with the top-level Dockerfile.
+build_plugin_image() {
+  local bin lib bins=() args=()
+  for bin in "${PLUGIN_BIN_DIR}"/*; do
+    [[ -f "${bin}" && -x "${bin}" ]] && bins+=("${bin}")
+  done
+  (( ${#bins[@]} > 0 )) || die "no binaries in ${PLUGIN_BIN_DIR}: run 'make build' first"
+  for bin in "${bins[@]}"; do
+    args+=(-add "${bin}:/usr/local/bin/$(basename "${bin}"):755")
+  done
+  for lib in $(shared_libraries "${bins[@]}"); do
+    args+=(-add "${lib}:${lib}")
+  done
+  if [[ -f "${PLUGIN_LIBVGPU}" ]]; then
+    args+=(-add "${PLUGIN_LIBVGPU}:${PLUGIN_IMAGE_LIBVGPU}:644")
+  else
+    log "no ${PLUGIN_LIBVGPU}: plugin image without libvgpu.so"
+  fi
+  "${IMAGETOOL}" -o "${IMAGE_DIR}/plugin.tar" -name "${PLUGIN_IMAGE}" -dir /tmp:1777 "${args[@]}"
+}
+
+# import_image ARCHIVE loads an archive into the CRI namespace (k8s.io) of the cluster's
+# containerd. ctr needs the socket's absolute path (-a).
+import_image() {
+  [[ -S "${CONTAINERD_SOCKET}" ]] || die "containerd is not running (${CONTAINERD_SOCKET}): make cluster-up"
+  "${CLUSTER_BIN}/ctr" -a "${CONTAINERD_SOCKET}" -n k8s.io images import "$1" >/dev/null
+}
+
+main() {
+  local import=1 images=() image work start=${SECONDS}
+  while (( $# > 0 )); do
+    case "$1" in
+      --no-import) import=0 ;;
+      base) images+=(pause test-workload) ;;
+      pause | test-workload | plugin) images+=("$1") ;;
+      *) die "unknown image $1 (pause, test-workload, plugin, base)" ;;
+    esac
+    shift
+  done
+  (( ${#images[@]} > 0 )) || images=(pause test-workload)
+  mkdir -p "${IMAGE_DIR}"
+  build_imagetool
+  work="$(mktemp -d)"
+  # shellcheck disable=SC2064 # expand now: remove this very directory.
+  trap "rm -rf '${work}'" EXIT
+  for image in "${images[@]}"; do
+    "build_${image//-/_}_image" "${work}"
+    if (( import )); then
+      import_image "${IMAGE_DIR}/${image}.tar"
+      log "imported ${image} ($(du -h "${IMAGE_DIR}/${image}.tar" | cut -f1))"
+    else
+      log "wrote ${IMAGE_DIR}/${image}.tar"
+    fi
+  done
+  log "images done in $((SECONDS - start))s"
+}
+
+main "$@"

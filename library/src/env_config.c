@@ -121,12 +121,17 @@ int vgpu_config_parse(struct vgpu_config *cfg, vgpu_getenv_fn get, void *ctx, ch
 		}
 	}
 
+	/* The register UUID first: on the per-claim path (a non-empty one) nothing sets
+	 * VGPU_POD_UID or VGPU_CONTAINER_NAME for the container, so values an image carries are
+	 * stale and not read at all (not even checked for length). */
 	static const struct { const char *var; size_t off; } ids[] = {
+		{ "MANAGER_CLIENT_REGISTER_UUID", offsetof(struct vgpu_config, register_uuid) },
 		{ "VGPU_POD_UID", offsetof(struct vgpu_config, pod_uid) },
 		{ "VGPU_CONTAINER_NAME", offsetof(struct vgpu_config, container_name) },
-		{ "MANAGER_CLIENT_REGISTER_UUID", offsetof(struct vgpu_config, register_uuid) },
 	};
 	for (size_t k = 0; k < sizeof(ids) / sizeof(ids[0]); k++) {
+		if (k > 0 && cfg->register_uuid[0] != '\0')
+			break;
 		const char *v = get(ids[k].var, ctx);
 		if (v == NULL)
 			continue;

@@ -166,6 +166,13 @@ enum reg_outcome reg_register(const char *socket_path, const struct reg_request 
 			log->connect_failures++;
 			wait = reg_retry_wait_ms(0, 0, d->rand32(d->ctx));
 		} else if (a == ATTEMPT_TRANSPORT) {
+			/* Connected, then no well-formed answer — above all a connection the server
+			 * closed without one. Final, not retried: contract §5 retries only RETRY,
+			 * BUSY and a failed connect ("every other outcome is final"), and the server
+			 * closes unanswered only when the request missed its 2 s read deadlines or
+			 * under extreme overload (over its bound it answers BUSY); neither is cured
+			 * by asking again within the budget. A restarting plugin shows as a failed
+			 * connect, which is retried. */
 			return REG_OUTCOME_TRANSPORT;
 		} else if (res->status == REG_STATUS_OK) {
 			return REG_OUTCOME_OK;

@@ -23,7 +23,8 @@ enum reg_outcome {
 	REG_OUTCOME_OK,            /* status OK */
 	REG_OUTCOME_FINAL,         /* a final status (NOT_FOUND, DENIED, INVALID, INTERNAL, unknown) */
 	REG_OUTCOME_BUDGET,        /* RETRY/BUSY/connect failure until the next wait would cross the budget */
-	REG_OUTCOME_TRANSPORT,     /* connected, then no well-formed response: final */
+	REG_OUTCOME_TRANSPORT,     /* connected, then no well-formed response (closed unanswered
+				    * included): final, see reg_register */
 };
 
 struct reg_attempt_log {

@@ -85,9 +85,10 @@ static int do_register(void)
 	const struct vgpu_config *c = &vgpu_rt.cfg;
 	struct reg_request req = { .client_version = "libvgpu/" VGPU_VERSION };
 	if (c->register_uuid[0] != '\0') {
-		req.register_uuid = c->register_uuid; /* per-claim path */
-		req.pod_uid = c->pod_uid;
-		req.container_name = c->container_name;
+		/* per-claim path: tags 3 and 4 only. pod_uid and container_name are optional there
+		 * and the server decides the pod by the caller's cgroup; values from an image's env
+		 * are stale and, malformed, would make the whole request INVALID. */
+		req.register_uuid = c->register_uuid;
 	} else if (c->pod_uid[0] != '\0' && c->container_name[0] != '\0') {
 		req.pod_uid = c->pod_uid; /* NRI path */
 		req.container_name = c->container_name;

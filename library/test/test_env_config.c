@@ -1,8 +1,13 @@
 /* The env and limit parsers: table cases, then properties over generated input
  * (round trips, and random strings that must parse or be rejected without crashing). */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <strings.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../src/env_config.h"
 #include "../src/pids_config.h"
@@ -144,8 +149,69 @@ static void test_pids(void)
 	CHECK(vgpu_pids_parse("", 0, &p) == 0 && p.n == 0, "empty");
 }
 
+/* Identity: the NRI pair is read only without a register UUID; on the per-claim path an
+ * image's stale VGPU_POD_UID / VGPU_CONTAINER_NAME are ignored, even malformed or overlong. */
+static void test_identity(void)
+{
+	char err[256];
+	struct vgpu_config c;
+	struct env e = { .n = 0 };
+	static char long_uid[101];
+	memset(long_uid, 'x', 100);
+	SET("MANAGER_VISIBLE_DEVICE_0", "GPU-aaaa");
+	SET("VGPU_POD_UID", "0b7a2c6e-1f7e-4c9e-9d2a-3f1e5b6c7d8e");
+	SET("VGPU_CONTAINER_NAME", "app");
+	CHECK(vgpu_config_parse(&c, env_get, &e, err, sizeof(err)) == 0, "NRI parse: %s", err);
+	CHECK(strcmp(c.pod_uid, "0b7a2c6e-1f7e-4c9e-9d2a-3f1e5b6c7d8e") == 0 && strcmp(c.container_name, "app") == 0 &&
+	      c.register_uuid[0] == '\0', "NRI identity");
+	e.kv[1].v = long_uid;
+	CHECK(vgpu_config_parse(&c, env_get, &e, err, sizeof(err)) != 0, "overlong pod UID accepted on the NRI path");
+	CHECK_STR_CONTAINS(err, "VGPU_POD_UID is longer than 63 bytes");
+	e.kv[2].v = "Not_A_DNS_Label";
+	SET("MANAGER_CLIENT_REGISTER_UUID", "5f0c3a1e-8d2b-4e6f-9a1c-2b3d4e5f6a7b");
+	CHECK(vgpu_config_parse(&c, env_get, &e, err, sizeof(err)) == 0, "per-claim parse: %s", err);
+	CHECK(strcmp(c.register_uuid, "5f0c3a1e-8d2b-4e6f-9a1c-2b3d4e5f6a7b") == 0, "register UUID");
+	CHECK(c.pod_uid[0] == '\0' && c.container_name[0] == '\0', "per-claim path read the image's pod/container env: "
+	      "\"%s\" \"%s\"", c.pod_uid, c.container_name);
+}
+
+/* A reader takes LOCK_SH: while the writer holds LOCK_EX it waits, then reads the new list. */
+static void test_pids_lock(void)
+{
+	char path[] = "/tmp/vgpu-pids.XXXXXX";
+	int fd = mkstemp(path);
+	CHECK(fd >= 0 && write(fd, "5\n", 2) == 2, "temp pids file");
+	int ready[2];
+	CHECK(pipe(ready) == 0, "pipe");
+	pid_t w = fork();
+	if (w == 0) {
+		int f = open(path, O_WRONLY);
+		if (f < 0 || flock(f, LOCK_EX) != 0 || write(ready[1], "L", 1) != 1)
+			_exit(1);
+		usleep(300000);
+		if (pwrite(f, "6\n7\n", 4, 0) != 4 || ftruncate(f, 4) != 0)
+			_exit(1);
+		_exit(0); /* the lock goes with the process */
+	}
+	char b;
+	CHECK(read(ready[0], &b, 1) == 1, "writer did not lock");
+	struct vgpu_pids p;
+	CHECK(vgpu_pids_read(path, &p) == 0, "read: %s", strerror(errno));
+	CHECK(p.n == 2 && p.pid[0] == 6 && p.pid[1] == 7, "read under the writer's LOCK_EX: %zu pids, first %u", (size_t)p.n,
+	      p.n ? p.pid[0] : 0);
+	int st;
+	waitpid(w, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "writer failed");
+	close(fd);
+	close(ready[0]);
+	close(ready[1]);
+	unlink(path);
+}
+
 int main(void)
 {
+	test_identity();
+	test_pids_lock();
 	test_mem_limit();
 	test_core_limit();
 	test_config();

@@ -83,11 +83,11 @@ start_component() {
   log "started ${name} (pid ${pid}, log ${LOG_DIR}/${name}.log)"
 }
 
-# wait_until NAME CHECK... retries CHECK until it succeeds, failing early with NAME's log when
-# NAME's process has exited.
+# wait_until NAME WHAT CHECK... retries CHECK until it succeeds, failing early with NAME's log
+# when NAME's process has exited; WHAT says what became true.
 wait_until() {
-  local name="$1" start=${SECONDS}
-  shift
+  local name="$1" what="$2" start=${SECONDS}
+  shift 2
   until "$@" >/dev/null 2>&1; do
     if ! recorded_pid "${name}" >/dev/null; then
       tail -n 30 "${LOG_DIR}/${name}.log" >&2 || true
@@ -95,11 +95,11 @@ wait_until() {
     fi
     if (( SECONDS - start > STARTUP_TIMEOUT_S )); then
       tail -n 30 "${LOG_DIR}/${name}.log" >&2 || true
-      die "${name} not healthy after ${STARTUP_TIMEOUT_S}s (log: ${LOG_DIR}/${name}.log)"
+      die "not true after ${STARTUP_TIMEOUT_S}s: ${what} (log: ${LOG_DIR}/${name}.log)"
     fi
     sleep 0.3
   done
-  log "${name} is healthy ($((SECONDS - start))s)"
+  log "${what} ($((SECONDS - start))s)"
 }
 
 https_ok() { curl -fsS --max-time 3 --cacert "${PKI_DIR}/ca.crt" --cert "${PKI_DIR}/admin.crt" --key "${PKI_DIR}/admin.key" "$1"; }
@@ -116,7 +116,7 @@ start_etcd() {
     --initial-advertise-peer-urls "http://127.0.0.1:${ETCD_PEER_PORT}" \
     --initial-cluster "vgd=http://127.0.0.1:${ETCD_PEER_PORT}" \
     --unsafe-no-fsync --log-level warn
-  wait_until etcd curl -fsS --max-time 3 "http://127.0.0.1:${ETCD_CLIENT_PORT}/health"
+  wait_until etcd "etcd is healthy" curl -fsS --max-time 3 "http://127.0.0.1:${ETCD_CLIENT_PORT}/health"
 }
 
 start_apiserver() {
@@ -138,7 +138,7 @@ start_apiserver() {
     --service-cluster-ip-range "${SERVICE_CIDR}" \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
     --allow-privileged=true --profiling=false
-  wait_until kube-apiserver https_ok "https://127.0.0.1:${APISERVER_PORT}/readyz"
+  wait_until kube-apiserver "kube-apiserver is ready" https_ok "https://127.0.0.1:${APISERVER_PORT}/readyz"
 }
 
 start_controllers() {
@@ -156,13 +156,13 @@ start_controllers() {
     --authentication-kubeconfig "${CONFIG_DIR}/scheduler.kubeconfig" \
     --authorization-kubeconfig "${CONFIG_DIR}/scheduler.kubeconfig" \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port "${SCHEDULER_PORT}" --profiling=false
-  wait_until kube-controller-manager local_healthz_ok "${CONTROLLER_MANAGER_PORT}"
-  wait_until kube-scheduler local_healthz_ok "${SCHEDULER_PORT}"
+  wait_until kube-controller-manager "kube-controller-manager is healthy" local_healthz_ok "${CONTROLLER_MANAGER_PORT}"
+  wait_until kube-scheduler "kube-scheduler is healthy" local_healthz_ok "${SCHEDULER_PORT}"
 }
 
 start_containerd() {
   start_component containerd --config "${CONFIG_DIR}/containerd.toml"
-  wait_until containerd "${CLUSTER_BIN}/ctr" -a "${CONTAINERD_SOCKET}" version
+  wait_until containerd "containerd is serving" "${CLUSTER_BIN}/ctr" -a "${CONTAINERD_SOCKET}" version
 }
 
 node_ready() {
@@ -176,18 +176,18 @@ start_kubelet() {
   start_component kubelet --config "${CONFIG_DIR}/kubelet.yaml" \
     --kubeconfig "${CONFIG_DIR}/kubelet.kubeconfig" --root-dir "${KUBELET_DIR}" \
     --hostname-override "${NODE_NAME}" --node-ip "${ip}" --v=2
-  wait_until kubelet curl -fsS --max-time 3 "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz"
-  wait_until kubelet node_ready
+  wait_until kubelet "kubelet is healthy" curl -fsS --max-time 3 "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz"
+  wait_until kubelet "node ${NODE_NAME} is Ready" node_ready
 }
 
 start_kube_proxy() {
   start_component kube-proxy --config "${CONFIG_DIR}/kube-proxy.yaml"
-  wait_until kube-proxy curl -fsS --max-time 3 "http://127.0.0.1:${KUBE_PROXY_HEALTHZ_PORT}/healthz"
+  wait_until kube-proxy "kube-proxy is healthy" curl -fsS --max-time 3 "http://127.0.0.1:${KUBE_PROXY_HEALTHZ_PORT}/healthz"
 }
 
 # Pods in the default namespace need its service account, which a controller creates.
 wait_default_service_account() {
-  wait_until kube-controller-manager kubectl_admin -n default get serviceaccount default
+  wait_until kube-controller-manager "default service account exists" kubectl_admin -n default get serviceaccount default
 }
 
 cluster_is_healthy() {

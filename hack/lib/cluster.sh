@@ -194,13 +194,14 @@ kubepods_cgroups() {
 }
 
 # cluster_processes lists "PID EXE" of every process running one of the cluster's binaries
-# (those under the machine cache, which is where _output/cluster/bin links point).
+# (those under the machine cache, which is where _output/cluster/bin links point). One find over
+# /proc instead of a readlink per process: the machine runs hundreds of compiler processes.
 cluster_processes() {
-  local proc exe
-  for proc in /proc/[0-9]*; do
-    exe="$(readlink "${proc}/exe" 2>/dev/null)" || continue
-    if [[ "${exe}" == "${CLUSTER_CACHE}/bin/"* ]]; then
-      echo "${proc#/proc/} ${exe}"
-    fi
-  done
+  local link pid exe
+  while read -r link; do
+    pid="${link#/proc/}"
+    pid="${pid%/exe}"
+    exe="$(readlink "${link}" 2>/dev/null)" || continue
+    echo "${pid} ${exe}"
+  done < <(find /proc -mindepth 2 -maxdepth 2 -name exe -lname "${CLUSTER_CACHE}/bin/*" 2>/dev/null)
 }

@@ -27,24 +27,36 @@ remove_pod_containers() {
   done
 }
 
-# stop_components stops the recorded processes in reverse start order. The kubelet goes first
-# so that it restarts nothing, then the pods are removed through containerd.
+# stop_together NAME... signals the recorded processes together and waits until all are gone.
+stop_together() {
+  local name pid pids=() names=() stoppers=() i
+  for name in "$@"; do
+    if pid="$(recorded_pid "${name}")"; then
+      pids+=("${pid}")
+      names+=("${name}")
+    fi
+  done
+  (( ${#pids[@]} > 0 )) || return 0
+  log "stopping ${names[*]} (pids ${pids[*]})"
+  for i in "${!pids[@]}"; do
+    stop_pid "${pids[i]}" "${names[i]}" &
+    stoppers+=("$!")
+  done
+  wait "${stoppers[@]}"
+}
+
+# stop_components stops the recorded processes: the kubelet first so that it restarts nothing,
+# then the pods through containerd, then the rest together to save time, except etcd, which goes
+# last: an API server whose etcd vanishes hangs in its graceful shutdown until SIGKILL.
 stop_components() {
-  local name pid i
-  for name in kubelet kube-proxy; do
-    if pid="$(recorded_pid "${name}")"; then
-      log "stopping ${name} (pid ${pid})"
-      stop_pid "${pid}" "${name}"
-    fi
-  done
+  local name others=()
+  stop_together kubelet kube-proxy
   remove_pod_containers
-  for (( i = ${#COMPONENTS[@]} - 1; i >= 0; i-- )); do
-    name="${COMPONENTS[i]}"
-    if pid="$(recorded_pid "${name}")"; then
-      log "stopping ${name} (pid ${pid})"
-      stop_pid "${pid}" "${name}"
-    fi
+  for name in "${COMPONENTS[@]}"; do
+    [[ "${name}" == kubelet || "${name}" == kube-proxy || "${name}" == etcd ]] || others+=("${name}")
   done
+  stop_together "${others[@]}"
+  stop_together etcd
 }
 
 # pids_in_cgroup DIR prints every process in the cgroup DIR and its descendants.
@@ -99,26 +111,39 @@ delete_bridge() {
   ip link delete "${CNI_BRIDGE}"
 }
 
-# delete_chains removes the KUBE-* and CNI-* chains that did not exist before cluster-up: first
-# every rule that jumps to them (also from built-in chains such as INPUT and POSTROUTING), then
-# their rules, then the chains.
+# chain_deletion_script TOOL TABLE CHAIN... prints an iptables-restore script that first deletes
+# every rule of other chains (built-in ones such as INPUT and POSTROUTING included) that jumps to
+# one of CHAINs, then flushes and deletes CHAINs.
+chain_deletion_script() {
+  local tool="$1" table="$2" chain
+  shift 2
+  echo "*${table}"
+  "${tool}" -w 5 -t "${table}" -S | awk -v doomed="$*" '
+    BEGIN { n = split(doomed, list, " "); for (i = 1; i <= n; i++) gone[list[i]] = 1 }
+    $1 == "-A" && !($2 in gone) {
+      for (i = 3; i < NF; i++) if (($i == "-j" || $i == "-g") && ($(i + 1) in gone)) { sub(/^-A /, "-D "); print; break }
+    }'
+  for chain in "$@"; do echo "-F ${chain}"; done
+  for chain in "$@"; do echo "-X ${chain}"; done
+  echo "COMMIT"
+}
+
+# delete_chains removes the KUBE-* and CNI-* chains that did not exist before cluster-up, one
+# iptables-restore transaction per table (one iptables call per rule takes seconds here).
 delete_chains() {
-  local baseline="${BASELINE_DIR}/chains" new tool table chain rule
+  local baseline="${BASELINE_DIR}/chains" new tool table chains
   new="$(cluster_chains | sort | comm -23 - <(sort "${baseline}" 2>/dev/null || true))"
   [[ -n "${new}" ]] || return 0
   log "deleting $(wc -l <<<"${new}") iptables chains"
-  while read -r tool table chain; do
-    while read -r rule; do
-      # shellcheck disable=SC2086 # a rule is a list of iptables arguments.
-      eval "${tool} -w 5 -t ${table} -D ${rule#-A }" 2>/dev/null || true
-    done < <("${tool}" -w 5 -t "${table}" -S 2>/dev/null | grep -E -- "^-A .* -j ${chain}( |$)" || true)
-  done <<<"${new}"
-  while read -r tool table chain; do
-    "${tool}" -w 5 -t "${table}" -F "${chain}" 2>/dev/null || true
-  done <<<"${new}"
-  while read -r tool table chain; do
-    "${tool}" -w 5 -t "${table}" -X "${chain}" 2>/dev/null || log "cannot delete ${tool} ${table} ${chain}"
-  done <<<"${new}"
+  for tool in iptables ip6tables; do
+    for table in "${IPTABLES_TABLES[@]}"; do
+      chains="$(awk -v tool="${tool}" -v table="${table}" '$1 == tool && $2 == table { print $3 }' <<<"${new}")"
+      [[ -n "${chains}" ]] || continue
+      # shellcheck disable=SC2086 # one argument per chain name.
+      chain_deletion_script "${tool}" "${table}" ${chains} | "${tool}-restore" -w 5 --noflush ||
+        log "cannot delete ${tool} ${table} chains: ${chains//$'\n'/ }"
+    done
+  done
 }
 
 # remove_cgroups removes the kubepods trees the kubelet and runc created, in every hierarchy,

@@ -19,7 +19,8 @@
 //
 // A container's cgroup is "cgroup" (a path in the hierarchy, "/" allowed) or "cgroupOf":
 // "self", "parent" (the process that started the server: its children pass the peer
-// check) or a PID, resolved once at start-up; or "initPID" to have the server derive it on
+// check) or a PID, resolved once: at start-up for the containers listed then, else on first
+// use (a container added by a rewrite); or "initPID" to have the server derive it on
 // every registration as in production. Omit all three for a created, not started container
 // (RETRY). --hierarchy v1|v2 picks the cgroup hierarchy (default: as in production).
 package main
@@ -33,6 +34,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -62,10 +64,11 @@ type claim struct {
 	ConfigDir    string   `json:"configDir"`
 }
 
-// targets re-reads the file on every lookup; cgroupOf is resolved once, at start-up.
+// targets re-reads the file on every lookup; each cgroupOf is resolved once.
 type targets struct {
 	path    string
 	h       registry.CgroupHierarchy
+	mu      sync.Mutex        // lookups run concurrently
 	cgroups map[string]string // cgroupOf → cgroup
 }
 
@@ -79,6 +82,8 @@ func (t *targets) load() (targetsFile, error) {
 }
 
 func (t *targets) resolveCgroupOf(of string) (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if cg, ok := t.cgroups[of]; ok {
 		return cg, nil
 	}
@@ -118,7 +123,11 @@ func (t *targets) Container(pod, name string) (registry.Container, bool) {
 		if c.PodUID == pod && c.ContainerName == name {
 			cg := c.Cgroup
 			if c.CgroupOf != "" {
-				cg = t.cgroups[c.CgroupOf]
+				// Unresolvable: no cgroup, answered as a container not started (RETRY).
+				var err error
+				if cg, err = t.resolveCgroupOf(c.CgroupOf); err != nil {
+					klog.ErrorS(err, "Resolve cgroupOf", "file", t.path)
+				}
 			}
 			return registry.Container{ID: pod + "/" + name, ConfigDir: c.ConfigDir, Cgroup: cg, InitPID: c.InitPID}, true
 		}

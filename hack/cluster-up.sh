@@ -204,6 +204,7 @@ on_failure() {
   trap - EXIT
   log "start-up failed (exit ${rc}): tearing down what was started; logs are kept in ${SAVED_LOG_DIR}"
   teardown_cluster || true
+  "${HACK_DIR}/cluster-check-clean.sh" --baseline "${BASELINE_DIR}" || true
   remove_run_dir || true
   exit "${rc}"
 }

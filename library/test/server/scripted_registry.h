@@ -5,7 +5,7 @@
  * It decodes and logs each request ("<n> pid=.. pod=.. name=.. uuid=.. version=..") and,
  * on OK, adds the caller's SO_PEERCRED pid + pid_offset to pids.config the way the real
  * server writes it (O_NOFOLLOW, LOCK_EX, pwrite, ftruncate). Not the project's server:
- * the registration tests against the real Go server come with it. */
+ * the registration tests against the real Go server are test_real_registry.c. */
 #ifndef SCRIPTED_REGISTRY_H
 #define SCRIPTED_REGISTRY_H
 

@@ -482,8 +482,8 @@ static void test_retry(void)
 	char log[65536];
 	slurp(r.server_log, log, sizeof(log));
 	int retries = count(log, "status=\"RETRY\""), oks = count(log, "status=\"OK\"");
-	/* ~1 s at 100–125 ms a wait */
-	CHECK(retries >= 4 && oks == 1, "server answered %d RETRY and %d OK", retries, oks);
+	/* ~1 s at 100–125 ms a wait: about 8; at least 2 however slow the probe starts */
+	CHECK(retries >= 2 && oks == 1, "server answered %d RETRY and %d OK", retries, oks);
 	CHECK_STR_CONTAINS(log, "not synchronized with the runtime yet");
 	printf("retry: %d RETRY answers, then OK at %.2f s (synced at %.2f s)\n", retries, res.seconds, flipped);
 	root_teardown(&r);

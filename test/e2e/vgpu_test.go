@@ -172,4 +172,3 @@ func pidLines(out string) []int {
 	}
 	return pids
 }
-

@@ -8,6 +8,9 @@
 # cached run a second. The Go build cache ($(go env GOCACHE)) is machine-level too, so a version
 # bump relinks instead of recompiling everything unchanged.
 #
+# Missing Debian packages the cluster needs (runc, CNI plugins ...) are installed first
+# (hack/install-cluster-deps.sh).
+#
 # Usage: hack/build-cluster-bins.sh [component...]   (default: all; see COMPONENTS below)
 set -euo pipefail
 
@@ -169,7 +172,12 @@ main() {
   local components=("$@") name version start=${SECONDS}
   (( ${#components[@]} > 0 )) || components=("${COMPONENTS[@]}")
   command -v go >/dev/null || die "go is not in PATH"
+  "${REPO_ROOT}/hack/install-cluster-deps.sh"
   mkdir -p "${CACHE_DIR}"
+  # Two clones building at once would build twice and the second rename would fail: the second
+  # waits here and then finds the first one's result in the cache.
+  exec 8>"${CACHE_DIR}/.build.lock"
+  flock 8
   for name in "${components[@]}"; do
     version="$(version_of "${name}")"
     build_into_cache "${name}" "${version}" "build_${name}"

@@ -34,6 +34,7 @@ kubectl_admin() { "${CLUSTER_BIN}/kubectl" --kubeconfig "${KUBECONFIG_ADMIN}" "$
 
 check_prerequisites() {
   local bin missing=() port
+  "${HACK_DIR}/install-cluster-deps.sh"
   for bin in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy \
     containerd containerd-shim-runc-v2 ctr; do
     [[ -x "${CLUSTER_BIN}/${bin}" ]] || missing+=("${bin}")

@@ -8,7 +8,7 @@ GO_PACKAGES := ./...
 export TMPDIR ?= /tmp
 
 .PHONY: all build test test-go test-library test-library-asan lint bench bench-go bench-library clean
-.PHONY: cluster-bins cluster-up cluster-down
+.PHONY: cluster-bins cluster-up cluster-down e2e demo
 
 all: build
 
@@ -67,3 +67,12 @@ cluster-up: cluster-bins
 ## cluster-down: stop it and check that nothing it started or changed is left.
 cluster-down:
 	hack/cluster-down.sh
+
+## e2e: the cluster suite: cluster up, images, test/e2e, cluster down (always). Needs root.
+e2e: cluster-bins
+	hack/e2e.sh
+
+## demo: cluster up with simulated H200s, the chart installed, two pods sharing one GPU, a
+## summary of what each got. Leaves the cluster up (make cluster-down removes it).
+demo: cluster-bins
+	hack/demo.sh

@@ -21,6 +21,7 @@ readonly IMAGE_DIR="${REPO_ROOT}/_output/cluster/images"
 readonly IMAGETOOL="${REPO_ROOT}/_output/cluster/bin/imagetool"
 # Where the plugin image takes its files from; see build_plugin_image.
 readonly PLUGIN_BIN_DIR="${PLUGIN_BIN_DIR:-${REPO_ROOT}/_output/bin}"
+readonly WORKLOAD_BIN_DIR="${WORKLOAD_BIN_DIR:-${REPO_ROOT}/_output/workload}"
 readonly PLUGIN_LIBVGPU="${PLUGIN_LIBVGPU:-${REPO_ROOT}/_output/lib/libvgpu.so}"
 # Path of libvgpu.so in the plugin image, from which the plugin installs it into the state dir.
 readonly PLUGIN_IMAGE_LIBVGPU="/usr/local/lib/vgpu-dra/libvgpu.so"
@@ -53,8 +54,14 @@ build_test_workload_image() {
   for applet in $("${busybox}" --list); do
     [[ "${applet}" == busybox ]] || args+=(-symlink "/bin/${applet}:busybox")
   done
+  # Static test programs of the project (hack/build-workload.sh): the registry client that
+  # registers the way libvgpu.so does and prints what it got.
+  local prog
+  for prog in "${WORKLOAD_BIN_DIR}"/*; do
+    [[ -f "${prog}" && -x "${prog}" ]] && args+=(-add "${prog}:/usr/local/bin/$(basename "${prog}"):755")
+  done
   "${IMAGETOOL}" -o "${IMAGE_DIR}/test-workload.tar" -name "${TEST_WORKLOAD_IMAGE}" \
-    -cmd '["/bin/sh"]' "${args[@]}"
+    -cmd '["/bin/sh"]' -env PATH=/usr/local/bin:/bin "${args[@]}"
 }
 
 # shared_libraries BINARY... prints every shared library (and the dynamic loader) the binaries

@@ -94,6 +94,11 @@ func installChart(t *testing.T, extra ...string) {
 		"--set", "deviceSource=simulated:dgx-h200:1", "--set", "gpuInjection=none", "--set", "gpuCDIKind=",
 		"--set", "image.pullPolicy=Never", "--set", "logging.verbosity=4"}, extra...)
 	mustRun(t, "helm", args...)
+	// helm --wait counts a DaemonSet ready when (desired - maxUnavailable) pods are: with one
+	// node and maxUnavailable 1 that is none. Wait for the plugin pod itself; its startup probe
+	// passes only once the kubelet has registered the driver, so a claim prepared after this
+	// does not fail with "driver not registered" (and then sit in the kubelet's backoff).
+	mustRun(t, "kubectl", "-n", pluginNS, "rollout", "status", "daemonset/"+release+"-kubelet-plugin", "--timeout=2m")
 }
 
 // eventually polls cond until it returns true or the timeout passes.

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,7 +61,9 @@ func TestVGPU(t *testing.T) {
 			pod   string
 			claim *resourceapi.ResourceClaim
 		}{{"share-a", claimA}, {"share-b", claimB}} {
+			start := time.Now()
 			pod := waitRunning(t, p.pod)
+			t.Logf("%s Running after %v", p.pod, time.Since(start).Round(100*time.Millisecond))
 			env := envOf(t, p.pod)
 			for k, want := range map[string]string{
 				"CUDA_MEM_LIMIT_0": "10240m", "CUDA_CORE_LIMIT_0": "30",
@@ -84,7 +87,7 @@ func TestVGPU(t *testing.T) {
 				}
 			}
 			// The workload registers through the socket; pids.config then lists its host PIDs.
-			out := execIn(t, p.pod, "vgpu-registry-client --pids-config && cat /etc/vgpu-dra/config/pids.config")
+			out := execIn(t, p.pod, "vgpu-registry-client")
 			if !strings.Contains(out, "OK") {
 				t.Errorf("%s: registration: %s", p.pod, out)
 			}
@@ -145,6 +148,13 @@ func TestVGPU(t *testing.T) {
 		eventually(t, defaultTimeout, "claims gone", func() (bool, error) {
 			list, err := kube.ResourceV1().ResourceClaims(testNS).List(ctx, metav1.ListOptions{})
 			return err == nil && len(list.Items) == 0, err
+		})
+		// The kubelet unprepares a claim when its last pod is gone; the plugin must still be
+		// there to do it. A user uninstalls after that.
+		eventually(t, defaultTimeout, "the kubelet to unprepare every claim", func() (bool, error) {
+			specs, _ := filepathGlob("/var/run/cdi/" + driverName + "-claim_*.json")
+			dirs, _ := filepathGlob("/var/lib/vgpu-dra/claims/*")
+			return len(specs) == 0 && len(dirs) == 0, fmt.Errorf("specs %v, claim dirs %v", specs, dirs)
 		})
 		mustRun(t, "helm", "uninstall", release, "--namespace", pluginNS, "--wait", "--timeout", "2m")
 		eventually(t, defaultTimeout, "the plugin pod gone", func() (bool, error) {

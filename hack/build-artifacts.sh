@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds what the plugin and test-workload images carry: the Go binaries (_output/bin),
+# libvgpu.so (_output/lib) and the static registry client of the workload image
+# (_output/workload). Used by make demo and make e2e before hack/images.sh.
+set -euo pipefail
+
+export LOG_NAME=artifacts
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=hack/lib/cluster.sh
+source "${HACK_DIR}/lib/cluster.sh"
+
+log "building the plugin binaries, libvgpu.so and the workload's registry client"
+make -C "${REPO_ROOT}" --no-print-directory build
+cmake -S "${REPO_ROOT}/library" -B "${REPO_ROOT}/_output/library" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "${REPO_ROOT}/_output/library" --target vgpu -j2 >/dev/null
+install -D -m 0644 "${REPO_ROOT}/_output/library/libvgpu.so" "${REPO_ROOT}/_output/lib/libvgpu.so"
+# Static, so that it runs in the busybox-based workload image.
+(cd "${REPO_ROOT}" && CGO_ENABLED=0 go build -trimpath -o _output/workload/ ./cmd/vgpu-registry-client)

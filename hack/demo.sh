@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# make demo: a local single-node cluster with simulated GPUs, the chart installed, two pods
+# sharing one GPU (deployments/examples), and a short summary of what each pod got.
+# Leaves the cluster up; `make cluster-down` removes it.
+set -euo pipefail
+
+export LOG_NAME=demo
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=hack/lib/cluster.sh
+source "${HACK_DIR}/lib/cluster.sh"
+
+readonly NAMESPACE=vgpu-dra
+readonly RELEASE=vgpu-dra
+readonly PROFILE="${DEMO_PROFILE:-simulated:dgx-h200:1}"
+export KUBECONFIG="${KUBECONFIG_ADMIN}"
+kubectl() { "${CLUSTER_BIN}/kubectl" "$@"; }
+helm() { "${CLUSTER_BIN}/helm" "$@"; }
+
+install_chart() {
+  log "installing the chart (${PROFILE})"
+  helm upgrade --install "${RELEASE}" "${REPO_ROOT}/deployments/helm/vgpu-dra" \
+    --namespace "${NAMESPACE}" --create-namespace --wait --timeout 3m \
+    --set deviceSource="${PROFILE}" --set gpuInjection=none --set gpuCDIKind= \
+    --set image.pullPolicy=Never --set logging.verbosity=4 >/dev/null
+  # helm --wait does not wait for a one-node DaemonSet with maxUnavailable 1; the startup probe
+  # passes once the kubelet has registered the driver.
+  kubectl -n "${NAMESPACE}" rollout status "daemonset/${RELEASE}-kubelet-plugin" --timeout=2m >/dev/null
+  kubectl wait --for=create resourceslice --field-selector "spec.driver=vgpu.dra.dev" --timeout=60s >/dev/null 2>&1 ||
+    until kubectl get resourceslices -o name | grep -q .; do sleep 1; done
+}
+
+run_examples() {
+  log "starting deployments/examples (two pods, one GPU)"
+  kubectl delete -f "${REPO_ROOT}/deployments/examples/" --ignore-not-found --wait >/dev/null
+  kubectl apply -f "${REPO_ROOT}/deployments/examples/" >/dev/null
+  kubectl wait --for=condition=Ready pod/share-a pod/share-b --timeout=120s >/dev/null
+}
+
+# summary prints, for a person: the devices with what is left of them, then each pod's GPU,
+# limits and identity as its container sees them.
+summary() {
+  local pod claim
+  echo
+  echo "== GPUs published by vgpu-dra (ResourceSlices) and what the claims took"
+  kubectl get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.name}{"\t"}{.attributes.uuid.string}{"\tmemory="}{.capacity.memory.value}{"\tcores="}{.capacity.cores.value}{"\n"}{end}'
+  kubectl get resourceclaims -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{range .status.allocation.devices.results[*]}{.device}{"\tmemory="}{.consumedCapacity.memory}{"\tcores="}{.consumedCapacity.cores}{end}{"\n"}{end}'
+  for pod in share-a share-b; do
+    claim=$(kubectl get pod "${pod}" -o jsonpath='{.status.resourceClaimStatuses[0].resourceClaimName}')
+    echo
+    echo "== pod ${pod} (claim ${claim}, $(kubectl get resourceclaim "${claim}" -o jsonpath='{.status.allocation.devices.results[0].device}'))"
+    kubectl exec "${pod}" -- sh -c 'env | grep -E "^(MANAGER_VISIBLE_DEVICE_|CUDA_MEM_LIMIT_|CUDA_CORE_LIMIT_|MANAGER_VGPU_CLAIM_UID|VGPU_)" | grep -v "=$" | sort; echo "registration:"; vgpu-registry-client 2>&1 | sed "s/^/  /"; echo "mounts:"; grep -E " (/etc/vgpu-dra|/tmp/.vgpu_lock|/tmp/.vmem_node)" /proc/self/mounts | cut -d" " -f2,4 | cut -d, -f1 | sed "s/^/  /"'
+  done
+  echo
+  echo "The cluster stays up: export KUBECONFIG=${KUBECONFIG_ADMIN}; remove it with: make cluster-down"
+}
+
+main() {
+  require_root
+  "${HACK_DIR}/build-artifacts.sh"
+  make -C "${REPO_ROOT}" --no-print-directory cluster-up
+  "${HACK_DIR}/images.sh" plugin test-workload
+  install_chart
+  run_examples
+  summary
+}
+
+main "$@"

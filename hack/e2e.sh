@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# make e2e: brings the local cluster up (hack/cluster-up.sh), builds and imports the plugin and
+# workload images, runs the Go e2e suite (test/e2e, build tag e2e) against it, and always takes
+# the cluster down again, also when the suite fails.
+set -euo pipefail
+
+export LOG_NAME=e2e
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=hack/lib/cluster.sh
+source "${HACK_DIR}/lib/cluster.sh"
+
+teardown() {
+  local rc=$?
+  log "taking the cluster down"
+  make -C "${REPO_ROOT}" --no-print-directory cluster-down || rc=1
+  exit "${rc}"
+}
+
+main() {
+  require_root
+  "${HACK_DIR}/build-artifacts.sh"
+  trap teardown EXIT
+  make -C "${REPO_ROOT}" --no-print-directory cluster-up
+  "${HACK_DIR}/images.sh" plugin test-workload
+  log "running test/e2e"
+  (cd "${REPO_ROOT}" && KUBECONFIG="${KUBECONFIG_ADMIN}" go test -tags e2e -count=1 -v -timeout 20m ./test/e2e/)
+}
+
+main "$@"

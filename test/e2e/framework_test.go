@@ -243,3 +243,14 @@ func mountsOf(t *testing.T, pod string) map[string]string {
 }
 
 func filepathGlob(pattern string) ([]string, error) { return filepath.Glob(pattern) }
+
+// mustRunScript runs one of the repository's hack scripts (fault injection).
+func mustRunScript(t *testing.T, script string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(repoRoot, script), args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+	return string(out)
+}

@@ -140,9 +140,81 @@ func TestVGPU(t *testing.T) {
 		deletePod(t, "forged")
 	})
 
+	t.Run("5-containerd-restart", func(t *testing.T) {
+		before := pidLines(execIn(t, "share-a", "vgpu-registry-client"))
+		mustRunScript(t, "hack/cluster-restart-containerd.sh")
+		// The running pod keeps working: the plugin reconnected and Synchronize rebuilt its
+		// cache entry, so the registration resolves to the same container directory.
+		var out string
+		eventually(t, defaultTimeout, "share-a to register after the restart", func() (bool, error) {
+			o, err := run(t, "kubectl", "exec", "-n", testNS, "share-a", "-c", "app", "--", "vgpu-registry-client")
+			out = o
+			return err == nil && strings.Contains(o, "status: OK"), fmt.Errorf("%v: %s", err, o)
+		})
+		if after := pidLines(out); !overlaps(before, after) {
+			t.Errorf("pids.config after the restart %v shares no PID with before %v: another directory?", after, before)
+		}
+		// A new vGPU pod (refused by containerd's validator unless our NRI plugin is back)
+		// starts with its per-container directories.
+		createClaim(t, claimFor("after-restart", "1Gi", 5))
+		createPod(t, vgpuPod("after-restart", "after-restart"))
+		waitRunning(t, "after-restart")
+		if _, ok := mountsOf(t, "after-restart")["/etc/vgpu-dra/config"]; !ok {
+			t.Error("pod created after the containerd restart has no vGPU config mount")
+		}
+		deletePod(t, "after-restart")
+	})
+
+	t.Run("6-plugin-pod-replaced", func(t *testing.T) {
+		before := pidLines(execIn(t, "share-a", "vgpu-registry-client"))
+		pods, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) != 1 {
+			t.Fatalf("plugin pods: %v %v", pods, err)
+		}
+		old := pods.Items[0].Name
+		if err := kube.CoreV1().Pods(pluginNS).Delete(ctx, old, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+		// Registered while the plugin is gone or starting: failed connects and RETRY are
+		// retried (a longer budget than the library's 10 s, for a loaded CI machine).
+		out := execIn(t, "share-a", "vgpu-registry-client --budget=60s")
+		t.Logf("registration across the plugin restart: %s", strings.SplitN(out, "\n", 2)[0])
+		if !strings.Contains(out, "status: OK") {
+			t.Fatalf("registration across the plugin restart: %s", out)
+		}
+		if after := pidLines(out); !overlaps(before, after) {
+			t.Errorf("pids.config %v shares no PID with before %v: a wrong directory?", after, before)
+		}
+		mustRun(t, "kubectl", "-n", pluginNS, "rollout", "status", "daemonset/"+release+"-kubelet-plugin", "--timeout=2m")
+	})
+
+	t.Run("8-per-claim-path-without-nri", func(t *testing.T) {
+		installChart(t, "--set", "featureGates.NRISupport=false")
+		defer installChart(t)
+		createClaim(t, claimFor("per-claim", "2Gi", 10))
+		p := vgpuPod("per-claim", "per-claim")
+		delete(p.Annotations, "required-plugins.noderesource.dev/container.app") // no NRI plugin to require
+		createPod(t, p)
+		waitRunning(t, "per-claim")
+		env := envOf(t, "per-claim")
+		if env["MANAGER_VGPU_CLAIM_UID"] != "" || len(env["MANAGER_CLIENT_REGISTER_UUID"]) != 36 || env["CUDA_MEM_LIMIT_0"] != "2048m" {
+			t.Errorf("per-claim env: claim uid %q, register uuid %q, mem %q", env["MANAGER_VGPU_CLAIM_UID"], env["MANAGER_CLIENT_REGISTER_UUID"], env["CUDA_MEM_LIMIT_0"])
+		}
+		for _, m := range []string{"/etc/vgpu-dra/config", "/tmp/.vgpu_lock", "/tmp/.vmem_node"} {
+			if _, ok := mountsOf(t, "per-claim")[m]; !ok {
+				t.Errorf("per-claim pod: %s not mounted", m)
+			}
+		}
+		out := execIn(t, "per-claim", "vgpu-registry-client")
+		if !strings.Contains(out, "status: OK") || len(pidLines(out)) == 0 {
+			t.Errorf("per-claim registration: %s", out)
+		}
+		deletePod(t, "per-claim")
+	})
+
 	t.Run("7-uninstall-leaves-nothing", func(t *testing.T) {
 		deletePod(t, "share-a")
-		for _, c := range []string{"share-a", "share-b", "too-big"} {
+		for _, c := range []string{"share-a", "share-b", "too-big", "after-restart", "per-claim"} {
 			_ = kube.ResourceV1().ResourceClaims(testNS).Delete(ctx, c, metav1.DeleteOptions{})
 		}
 		eventually(t, defaultTimeout, "claims gone", func() (bool, error) {
@@ -181,4 +253,13 @@ func pidLines(out string) []int {
 		}
 	}
 	return pids
+}
+
+func overlaps(a, b []int) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
 }

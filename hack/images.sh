@@ -4,7 +4,9 @@
 #
 # Usage: hack/images.sh [--no-import] IMAGE...
 #   pause          docker.io/vgpu-dra/pause:dev, the pod sandbox (hack/images/pause.c, gcc -static)
-#   test-workload  docker.io/vgpu-dra/test-workload:dev, Debian's static busybox (sh, cat, mount ...)
+#   test-workload  docker.io/vgpu-dra/test-workload:dev, Debian's static busybox (sh, cat, mount ...),
+#                  the static programs in _output/workload and, once built, the CUDA test doubles
+#                  in _output/workload-cuda (vgpu_probe, fake libcuda/libnvidia-ml) with their glibc
 #   plugin         docker.io/vgpu-dra/vgpu-dra:dev, every binary in _output/bin (make build) with the
 #                  shared libraries it links, plus libvgpu.so once it is built (PLUGIN_LIBVGPU)
 #   base           pause and test-workload (what cluster-up imports)
@@ -22,6 +24,10 @@ readonly IMAGETOOL="${REPO_ROOT}/_output/cluster/bin/imagetool"
 # Where the plugin image takes its files from; see build_plugin_image.
 readonly PLUGIN_BIN_DIR="${PLUGIN_BIN_DIR:-${REPO_ROOT}/_output/bin}"
 readonly WORKLOAD_BIN_DIR="${WORKLOAD_BIN_DIR:-${REPO_ROOT}/_output/workload}"
+readonly WORKLOAD_CUDA_DIR="${WORKLOAD_CUDA_DIR:-${REPO_ROOT}/_output/workload-cuda}"
+# Where the workload image keeps the fake driver (on its LD_LIBRARY_PATH): not the standard lib
+# dirs, so that nothing mistakes it for a real driver injected by the GPU's own CDI spec.
+readonly WORKLOAD_FAKE_LIB_DIR="/usr/local/lib/fake-nvidia"
 readonly PLUGIN_LIBVGPU="${PLUGIN_LIBVGPU:-${REPO_ROOT}/_output/lib/libvgpu.so}"
 # Path of libvgpu.so in the plugin image, from which the plugin installs it into the state dir.
 readonly PLUGIN_IMAGE_LIBVGPU="/usr/local/lib/vgpu-dra/libvgpu.so"
@@ -60,8 +66,28 @@ build_test_workload_image() {
   for prog in "${WORKLOAD_BIN_DIR}"/*; do
     [[ -f "${prog}" && -x "${prog}" ]] && args+=(-add "${prog}:/usr/local/bin/$(basename "${prog}"):755")
   done
+  # The library suite's CUDA test doubles (hack/build-artifacts.sh): vgpu_probe, a CUDA-like
+  # program, at /usr/local/bin; the fake libcuda.so.1 and libnvidia-ml.so.1 it links in
+  # WORKLOAD_FAKE_LIB_DIR; and the glibc libraries (and loader) that they and the preloaded
+  # libvgpu.so load, at their host paths (busybox is static and needs none). ldd resolves the
+  # fakes to the build tree through the probe's RUNPATH: those paths are left out. The fake keeps
+  # its GPU's state in FAKE_GPU_STATE (shared by the container's processes) and reports the PIDs
+  # it sees (FAKE_PID_OFFSET=0); FAKE_GPU_DEVICES (UUID:MiB) is the caller's to set.
+  local env=(-env PATH=/usr/local/bin:/bin) lib
+  if [[ -x "${WORKLOAD_CUDA_DIR}/bin/vgpu_probe" ]]; then
+    args+=(-add "${WORKLOAD_CUDA_DIR}/bin/vgpu_probe:/usr/local/bin/vgpu_probe:755")
+    for lib in libcuda.so.1 libnvidia-ml.so.1; do
+      args+=(-add "${WORKLOAD_CUDA_DIR}/lib/${lib}:${WORKLOAD_FAKE_LIB_DIR}/${lib}:755")
+    done
+    for lib in $(shared_libraries "${WORKLOAD_CUDA_DIR}/bin/vgpu_probe" "${WORKLOAD_CUDA_DIR}"/lib/*.so.1 "${PLUGIN_LIBVGPU}"); do
+      [[ "${lib}" == "${REPO_ROOT}/"* ]] || args+=(-add "${lib}:${lib}")
+    done
+    env+=(-env "LD_LIBRARY_PATH=${WORKLOAD_FAKE_LIB_DIR}" -env FAKE_GPU_STATE=/tmp/fake-gpu.state -env FAKE_PID_OFFSET=0)
+  else
+    log "no ${WORKLOAD_CUDA_DIR}/bin/vgpu_probe: test-workload image without the CUDA test doubles"
+  fi
   "${IMAGETOOL}" -o "${IMAGE_DIR}/test-workload.tar" -name "${TEST_WORKLOAD_IMAGE}" \
-    -cmd '["/bin/sh"]' -env PATH=/usr/local/bin:/bin "${args[@]}"
+    -cmd '["/bin/sh"]' "${env[@]}" "${args[@]}"
 }
 
 # shared_libraries BINARY... prints every shared library (and the dynamic loader) the binaries

@@ -212,9 +212,33 @@ func TestVGPU(t *testing.T) {
 		deletePod(t, "per-claim")
 	})
 
+	t.Run("9-library-refuses-past-the-claim", func(t *testing.T) {
+		createClaim(t, claimFor("cuda", "1Gi", 10))
+		createPod(t, vgpuPod("cuda", "cuda"))
+		waitRunning(t, "cuda")
+		// Nothing in the container has registered yet: busybox is static and never loads the
+		// preloaded library. The first CUDA call of the probe registers.
+		if out := execIn(t, "cuda", "cat /etc/vgpu-dra/config/pids.config 2>/dev/null || echo absent"); strings.TrimSpace(out) != "absent" {
+			t.Fatalf("pids.config before any CUDA call: %q", out)
+		}
+		// vgpu_probe links the fake libcuda (library/test), whose one GPU is the claim's. Its
+		// allocations are kept: 768 MiB fits in 1Gi, 512 MiB more does not
+		// (CUDA_ERROR_OUT_OF_MEMORY = 2), 256 MiB more fills it exactly.
+		out := execIn(t, "cuda", `FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe alloc 768 512 256 2>/tmp/probe.err; echo "exit $?"`)
+		t.Logf("vgpu_probe in a 1Gi claim:\n%sstderr: %q", out, execIn(t, "cuda", "cat /tmp/probe.err"))
+		want := "alloc 768 MiB = 0\nalloc 512 MiB = 2\nalloc 256 MiB = 0\nexit 0\n"
+		if out != want {
+			t.Errorf("vgpu_probe alloc 768 512 256 printed %q, want %q", out, want)
+		}
+		if pids := pidLines(execIn(t, "cuda", "cat /etc/vgpu-dra/config/pids.config")); len(pids) == 0 {
+			t.Errorf("the library did not register: pids.config lists no PID")
+		}
+		deletePod(t, "cuda")
+	})
+
 	t.Run("7-uninstall-leaves-nothing", func(t *testing.T) {
 		deletePod(t, "share-a")
-		for _, c := range []string{"share-a", "share-b", "too-big", "after-restart", "per-claim"} {
+		for _, c := range []string{"share-a", "share-b", "too-big", "after-restart", "per-claim", "cuda"} {
 			_ = kube.ResourceV1().ResourceClaims(testNS).Delete(ctx, c, metav1.DeleteOptions{})
 		}
 		eventually(t, defaultTimeout, "claims gone", func() (bool, error) {

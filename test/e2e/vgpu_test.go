@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestVGPU walks the scenarios of issue 6 in order on one install: each builds on the state
@@ -236,9 +238,99 @@ func TestVGPU(t *testing.T) {
 		deletePod(t, "cuda")
 	})
 
+	t.Run("10-plugin-stopped-container-refused", func(t *testing.T) {
+		// The kubelet prepares a pod's claims once, before its sandbox; with the driver
+		// unregistered it would refuse to prepare at all (a FailedPrepareDynamicResources
+		// event, nothing created). The case that needs the runtime's protection is a claim
+		// prepared while the plugin ran and a container created after it stopped: an init
+		// container (no claim, no required-plugins annotation) holds the pod there until the
+		// plugin is gone.
+		claim := createClaim(t, claimFor("no-plugin", "1Gi", 5))
+		p := vgpuPod("no-plugin", "no-plugin")
+		p.Spec.InitContainers = []corev1.Container{{
+			Name: "wait", Image: workloadImage, ImagePullPolicy: corev1.PullNever,
+			Command: []string{"sh", "-c", "until [ -e /tmp/go ]; do sleep 0.2; done"},
+		}}
+		createPod(t, p)
+		spec := "/var/run/cdi/" + driverName + "-claim_" + string(claim.UID) + ".json"
+		eventually(t, defaultTimeout, "the claim prepared and the init container running", func() (bool, error) {
+			pod, err := kube.CoreV1().Pods(testNS).Get(ctx, "no-plugin", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			_, statErr := os.Stat(spec)
+			running := len(pod.Status.InitContainerStatuses) == 1 && pod.Status.InitContainerStatuses[0].State.Running != nil
+			return statErr == nil && running, fmt.Errorf("spec: %v, init: %v", statErr, pod.Status.InitContainerStatuses)
+		})
+
+		// Stop the plugin the way an operator would take it off a node: a nodeSelector that
+		// matches no node. The DaemonSet controller deletes its pod; with it go the NRI plugin
+		// and the kubelet registration.
+		ds := kube.AppsV1().DaemonSets(pluginNS)
+		dsName := release + "-kubelet-plugin"
+		patch := func(value string) {
+			t.Helper()
+			body := `{"spec":{"template":{"spec":{"nodeSelector":{"vgpu-e2e/plugin-stopped":` + value + `}}}}}`
+			if _, err := ds.Patch(ctx, dsName, types.StrategicMergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+				t.Fatalf("patch the plugin DaemonSet: %v", err)
+			}
+		}
+		patch(`"true"`)
+		restored := false
+		restore := func() {
+			if !restored {
+				restored = true
+				patch("null")
+				mustRun(t, "kubectl", "-n", pluginNS, "rollout", "status", "daemonset/"+dsName, "--timeout=2m")
+			}
+		}
+		defer restore()
+		eventually(t, defaultTimeout, "the plugin pod gone", func() (bool, error) {
+			list, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{})
+			return err == nil && len(list.Items) == 0, err
+		})
+
+		mustRun(t, "kubectl", "exec", "-n", testNS, "no-plugin", "-c", "wait", "--", "touch", "/tmp/go")
+		// containerd's default NRI validator refuses the app container: it requires the
+		// absent plugin (contract §1). Without that the container would start with its
+		// limits in the env but nothing to register with: never unlimited silently.
+		wantMsg := `required plugin "` + driverName + `" not present`
+		var app corev1.ContainerStatus
+		eventually(t, defaultTimeout, "the runtime to refuse the app container", func() (bool, error) {
+			pod, err := kube.CoreV1().Pods(testNS).Get(ctx, "no-plugin", metav1.GetOptions{})
+			if err != nil || len(pod.Status.ContainerStatuses) != 1 {
+				return false, err
+			}
+			app = pod.Status.ContainerStatuses[0]
+			if app.State.Running != nil || app.State.Terminated != nil {
+				t.Fatalf("app container started without the plugin: %+v", app.State)
+			}
+			w := app.State.Waiting
+			return w != nil && w.Reason == "CreateContainerError" && strings.Contains(w.Message, wantMsg), fmt.Errorf("app: %+v", app.State)
+		})
+		t.Logf("refused while the plugin is stopped: %s", app.State.Waiting.Message)
+		if pod, err := kube.CoreV1().Pods(testNS).Get(ctx, "no-plugin", metav1.GetOptions{}); err != nil || pod.Status.Phase != corev1.PodPending {
+			t.Errorf("pod while refused: phase %v, %v", pod.Status.Phase, err)
+		}
+
+		restore()
+		// The kubelet retries the container; the plugin, back, gives it its directories.
+		waitRunning(t, "no-plugin")
+		mounts := mountsOf(t, "no-plugin")
+		for _, m := range []string{"/etc/vgpu-dra/config", "/tmp/.vgpu_lock", "/tmp/.vmem_node", "/etc/ld.so.preload"} {
+			if _, ok := mounts[m]; !ok {
+				t.Errorf("no-plugin after the plugin came back: %s not mounted", m)
+			}
+		}
+		if env := envOf(t, "no-plugin"); env["VGPU_CONTAINER_NAME"] != "app" {
+			t.Errorf("no-plugin after the plugin came back: VGPU_CONTAINER_NAME=%q", env["VGPU_CONTAINER_NAME"])
+		}
+		deletePod(t, "no-plugin")
+	})
+
 	t.Run("7-uninstall-leaves-nothing", func(t *testing.T) {
 		deletePod(t, "share-a")
-		for _, c := range []string{"share-a", "share-b", "too-big", "after-restart", "per-claim", "cuda"} {
+		for _, c := range []string{"share-a", "share-b", "too-big", "after-restart", "per-claim", "cuda", "no-plugin"} {
 			_ = kube.ResourceV1().ResourceClaims(testNS).Delete(ctx, c, metav1.DeleteOptions{})
 		}
 		eventually(t, defaultTimeout, "claims gone", func() (bool, error) {

@@ -166,6 +166,9 @@ func (s *Supervisor) session(ctx context.Context) (established bool, err error) 
 	s.mu.Lock()
 	s.status.Connected, s.status.LastError = true, ""
 	s.status.Sessions++
+	// The first attempt's outcome is known now, not when the session ends: ClaimPath waits
+	// for it, and a Prepare must not wait out the timer on every call of a healthy session.
+	s.firstOnce.Do(func() { close(s.firstDone) })
 	if s.status.Sessions > 1 {
 		s.metrics.Reconnects.Inc()
 	}

@@ -7,7 +7,7 @@ GO_PACKAGES := ./...
 # Short: unix socket paths in tests must stay under ~100 bytes.
 export TMPDIR ?= /tmp
 
-.PHONY: all build test test-go test-library test-library-asan lint bench bench-go bench-library clean
+.PHONY: all build test test-go test-library test-library-asan lint fuzz bench bench-go bench-library clean
 .PHONY: cluster-bins cluster-up cluster-down e2e demo
 
 all: build
@@ -41,6 +41,12 @@ test-library-asan:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(GO_PACKAGES)
+
+## fuzz: bounded fuzzing of the registry frame parser (the corpus of new findings stays in
+## Go's fuzz cache on the machine; crashers are written to pkg/registry/testdata/fuzz).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test ./pkg/registry -run '^$$' -fuzz '^FuzzParseFrame$$' -fuzztime $(FUZZTIME)
 
 ## bench: benchmarks that print ratios against baselines measured in the same run.
 bench: bench-go bench-library

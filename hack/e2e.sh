@@ -19,6 +19,8 @@ teardown() {
 main() {
   require_root
   "${HACK_DIR}/build-artifacts.sh"
+  log "helm lint"
+  "${CLUSTER_BIN}/helm" lint --strict "${REPO_ROOT}/deployments/helm/vgpu-dra"
   trap teardown EXIT
   make -C "${REPO_ROOT}" --no-print-directory cluster-up
   "${HACK_DIR}/images.sh" plugin test-workload

@@ -184,8 +184,14 @@ func createPod(t *testing.T, p *corev1.Pod) {
 
 func waitRunning(t *testing.T, name string) *corev1.Pod {
 	t.Helper()
+	return waitRunningWithin(t, name, defaultTimeout)
+}
+
+// waitRunningWithin is waitRunning with its own limit.
+func waitRunningWithin(t *testing.T, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
 	var pod *corev1.Pod
-	eventually(t, defaultTimeout, "pod "+name+" Running", func() (bool, error) {
+	eventually(t, timeout, "pod "+name+" Running", func() (bool, error) {
 		var err error
 		pod, err = kube.CoreV1().Pods(testNS).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {

@@ -7,7 +7,7 @@ GO_PACKAGES := ./...
 # Short: unix socket paths in tests must stay under ~100 bytes.
 export TMPDIR ?= /tmp
 
-.PHONY: all build test test-go test-library test-library-asan lint fuzz bench bench-go bench-library clean
+.PHONY: all build test test-go test-tools test-library test-library-asan lint fuzz bench bench-go bench-library clean
 .PHONY: cluster-bins cluster-up cluster-down e2e demo
 
 all: build
@@ -19,10 +19,14 @@ build:
 
 ## test: unit and integration tests (Go, under the race detector) and the libvgpu.so suite
 ## (CTest), plain and under AddressSanitizer/UndefinedBehaviorSanitizer.
-test: test-go test-library test-library-asan
+test: test-go test-tools test-library test-library-asan
 
 test-go:
 	$(GO) test -race -count=1 -timeout 20m $(GO_PACKAGES)
+
+# hack/tools is its own module (the image tool's dependencies stay out of the product's go.mod).
+test-tools:
+	cd hack/tools && $(GO) test -count=1 ./...
 
 LIBRARY_BUILD := $(OUTPUT)/library
 LIBRARY_ASAN_BUILD := $(OUTPUT)/library-asan

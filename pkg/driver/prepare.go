@@ -64,7 +64,7 @@ func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClai
 	defer unlock()
 	logger := klog.FromContext(ctx)
 
-	reservedFor := podUIDs(claim)
+	reservedFor := ReservedPods(claim)
 	if prepared, ok := d.deps.Checkpoint.Get(uid); ok && prepared.State == checkpoint.PrepareCompleted {
 		if err := d.ensureFiles(uid, prepared); err != nil {
 			return nil, fmt.Errorf("re-create files of prepared claim %s: %w", klog.KObj(claim), err)
@@ -193,8 +193,9 @@ func resultDevices(devs []checkpoint.Device) []kubeletplugin.Device {
 	return out
 }
 
-// podUIDs lists the pods the claim is reserved for, sorted.
-func podUIDs(claim *resourceapi.ResourceClaim) []string {
+// ReservedPods lists the UIDs of the pods the claim is reserved for, sorted: the form the
+// checkpoint records (and the NRI plugin compares against).
+func ReservedPods(claim *resourceapi.ResourceClaim) []string {
 	var out []string
 	for _, ref := range claim.Status.ReservedFor {
 		if ref.Resource == "pods" && ref.APIGroup == "" {

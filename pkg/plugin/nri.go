@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -116,7 +115,7 @@ func (c checkpointClaims) ReservedFor(ctx context.Context, claimUID string) ([]s
 	if string(claim.UID) != claimUID {
 		return nil, nil // deleted and re-created: not the prepared claim any more
 	}
-	pods := reservedPods(claim)
+	pods := driver.ReservedPods(claim)
 	if slices.Equal(pods, cp.ReservedFor) {
 		return pods, nil
 	}
@@ -131,18 +130,6 @@ func (c checkpointClaims) ReservedFor(ctx context.Context, claimUID string) ([]s
 		klog.FromContext(ctx).Error(err, "Recording reservedFor in the checkpoint failed", "claim", klog.KObj(claim))
 	}
 	return pods, nil
-}
-
-// reservedPods lists the pods the claim is reserved for, sorted (as Prepare records them).
-func reservedPods(claim *resourceapi.ResourceClaim) []string {
-	var out []string
-	for _, ref := range claim.Status.ReservedFor {
-		if ref.Resource == "pods" && ref.APIGroup == "" {
-			out = append(out, string(ref.UID))
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // toNRIClaim converts a checkpoint record. Every result's CDI device IDs are, in order, its

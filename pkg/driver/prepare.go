@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,13 +25,8 @@ import (
 // before the answer (a reboot empties /var/run/cdi; answering from the checkpoint alone leaves
 // the pod in CreateContainerError — kubernetes issue 141433).
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, claim := range claims {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	results := perClaim(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
+		func(claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
 			start := d.now()
 			devices, err := d.prepareOne(ctx, claim)
 			d.deps.Metrics.PrepareDuration.Observe(d.now().Sub(start).Seconds())
@@ -40,12 +34,8 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 				d.deps.Metrics.PrepareErrors.WithLabelValues(reasonOf(err)).Inc()
 				klog.FromContext(ctx).Error(err, "Preparing claim failed", "claim", klog.KObj(claim))
 			}
-			mu.Lock()
-			results[claim.UID] = kubeletplugin.PrepareResult{Devices: devices, Err: err}
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+			return kubeletplugin.PrepareResult{Devices: devices, Err: err}
+		})
 	d.updateGauges()
 	return results, nil
 }

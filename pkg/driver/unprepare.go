@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -17,13 +16,8 @@ import (
 // directory (with every container directory the NRI plugin missed) and the checkpoint entry.
 // Idempotent: a claim that is unknown or only half prepared is not an error.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	results := make(map[types.UID]error, len(claims))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, claim := range claims {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	results := perClaim(claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
+		func(claim kubeletplugin.NamespacedObject) error {
 			start := d.now()
 			unlock := d.locks.lock(string(claim.UID))
 			err := d.unprepareOne(string(claim.UID))
@@ -35,12 +29,8 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			} else {
 				klog.FromContext(ctx).V(2).Info("Unprepared claim", "claim", claim.NamespacedName, "uid", claim.UID)
 			}
-			mu.Lock()
-			results[claim.UID] = err
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+			return err
+		})
 	d.updateGauges()
 	return results, nil
 }

@@ -48,8 +48,13 @@ summary() {
     claim=$(kubectl get pod "${pod}" -o jsonpath='{.status.resourceClaimStatuses[0].resourceClaimName}')
     echo
     echo "== pod ${pod} (claim ${claim}, $(kubectl get resourceclaim "${claim}" -o jsonpath='{.status.allocation.devices.results[0].device}'))"
-    kubectl exec "${pod}" -- sh -c 'env | grep -E "^(MANAGER_VISIBLE_DEVICE_|CUDA_MEM_LIMIT_|CUDA_CORE_LIMIT_|MANAGER_VGPU_CLAIM_UID|VGPU_)" | grep -v "=$" | sort; echo "registration:"; vgpu-registry-client 2>&1 | sed "s/^/  /"; echo "mounts:"; grep -E " (/etc/vgpu-dra|/tmp/.vgpu_lock|/tmp/.vmem_node)" /proc/self/mounts | cut -d" " -f2,4 | cut -d, -f1 | sed "s/^/  /"'
+    kubectl exec "${pod}" -- sh -c 'env | grep -E "^(MANAGER_VISIBLE_DEVICE_|CUDA_MEM_LIMIT_|CUDA_CORE_LIMIT_|MANAGER_VGPU_CLAIM_UID|VGPU_)" | grep -v "=$" | sort; echo "registration:"; vgpu-registry-client 2>&1 | sed "s/^/  /"; echo "mounts:"; grep -E " (/etc/vgpu-dra|/etc/ld.so.preload|/tmp/.vgpu_lock|/tmp/.vmem_node)" /proc/self/mounts | cut -d" " -f2,4 | cut -d, -f1 | sed "s/^/  /"'
   done
+  # libvgpu.so at work: a CUDA-like program (the library suite's probe over its fake driver,
+  # whose one GPU is the claim's) allocates 8 GiB, then 4 GiB more than the 10Gi claim allows.
+  echo
+  echo "== libvgpu.so in share-a: allocate 8192 MiB, then 4096 MiB (result 2 = CUDA_ERROR_OUT_OF_MEMORY), then 1024 MiB"
+  kubectl exec share-a -- sh -c 'FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe alloc 8192 4096 1024' | sed "s/^/  /"
   echo
   echo "The cluster stays up: export KUBECONFIG=${KUBECONFIG_ADMIN}; remove it with: make cluster-down"
 }

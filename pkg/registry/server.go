@@ -230,10 +230,20 @@ func (s *Server) acceptLoop(ln *net.UnixListener) {
 // refuseOpen answers BUSY to a connection over MaxOpenConns without reading it.
 func (s *Server) refuseOpen(c *net.UnixConn) {
 	if s.answering.Add(1) > maxBusyAnswers {
+		// Even here the client gets BUSY (contract §5), written from the accept loop without
+		// a goroutine: a fresh unix socket's buffer takes the small frame at once, and the
+		// short deadline bounds the accept loop if it does not. No linger: on AF_UNIX the
+		// frame stays readable by the peer after we close.
 		s.answering.Add(-1)
+		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Millisecond))
+		_, err := c.Write(AppendResponse(nil, s.busy("too many open registry connections")))
 		s.untrack(c)
 		_ = c.Close()
-		s.deps.Metrics.Unanswered()
+		if err != nil {
+			s.deps.Metrics.Unanswered()
+		} else {
+			s.deps.Metrics.Observe(StatusBusy.String(), 0)
+		}
 		return
 	}
 	s.wg.Add(1)

@@ -296,3 +296,19 @@ func TestConcurrentRegistrations(t *testing.T) {
 		t.Fatalf("pids.config = %v, want [%d]", got, ch.PID)
 	}
 }
+
+// TestBusyEvenWhenBusyAnswersAreSaturated: past MaxOpenConns and with the bounded BUSY
+// answerers all lingering on connections that never read, a new connection still gets BUSY
+// (contract §5), not a close without an answer that the client would take as final.
+func TestBusyEvenWhenBusyAnswersAreSaturated(t *testing.T) {
+	h := rt.Hierarchies(t)[0]
+	s := startServer(t, registry.Config{MaxOpenConns: 4}, registry.Deps{Containers: newContainers(), Cgroups: &h})
+	rt.Flood(t, s.Socket(), 4)
+	rt.Flood(t, s.Socket(), 300) // each answered BUSY by a goroutine that lingers: more than its bound
+	for i := range 5 {
+		resp, err := (&registry.Client{Socket: s.Socket()}).RegisterOnce(context.Background(), registry.Request{PodUID: podA, ContainerName: "app"})
+		if err != nil || resp.Status != registry.StatusBusy || !resp.HasRetryAfter {
+			t.Fatalf("connection %d over a saturated server: %+v, %v; want BUSY with retry_after_ms", i, resp, err)
+		}
+	}
+}

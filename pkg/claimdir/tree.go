@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Modes of the directories (contract §4). They are applied with chmod after creation, so the
@@ -101,19 +103,82 @@ func (t *claimsTree) close() { _ = t.root.Close() }
 // abs is the host path of rel, for messages and for callers that need host paths.
 func (t *claimsTree) abs(rel string) string { return filepath.Join(t.path, rel) }
 
-// ensureDirs creates each of rels in order, as needed, and gives it its mode and this
-// process's ownership. Order rels parent first: each is checked to be a real directory
-// before the next descends through it.
+// ensureDirs creates each of dirs in order, as needed, and gives it its mode and this
+// process's ownership. Order dirs parent first.
+//
+// Every step goes through a descriptor of the parent that this call opened and checked, never
+// through a path: mkdirat, then openat with O_NOFOLLOW|O_DIRECTORY (a symlink or a file where
+// a directory belongs fails there, so nothing is followed), then fstat, fchmod and fchown on
+// that descriptor. This is also the NRI CreateContainer hot path: one descriptor per directory
+// instead of os.Root resolving every path component again for each operation (system calls
+// cost about 1.7 µs each on the machines this is measured on).
 func (t *claimsTree) ensureDirs(dirs ...dirSpec) error {
-	for _, d := range dirs {
-		if err := t.root.Mkdir(d.rel, d.mode.Perm()); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("create %s: %w", t.abs(d.rel), err)
+	root, err := t.root.Open(".")
+	if err != nil {
+		return fmt.Errorf("open %s: %w", t.path, err)
+	}
+	defer root.Close()
+	fds := map[string]int{".": int(root.Fd())}
+	var opened []int
+	defer func() {
+		for _, fd := range opened {
+			_ = unix.Close(fd)
 		}
-		if err := t.fixDir(d.rel, d.mode); err != nil {
+	}()
+	for _, d := range dirs {
+		parent, ok := fds[filepath.Dir(d.rel)]
+		if !ok {
+			return fmt.Errorf("ensure %s: its parent was not ensured first", t.abs(d.rel))
+		}
+		fd, err := t.ensureDirAt(parent, d)
+		if err != nil {
 			return err
 		}
+		opened = append(opened, fd)
+		fds[d.rel] = fd
 	}
 	return nil
+}
+
+// ensureDirAt creates d below the directory open as parent and fixes its mode and owner; it
+// returns a descriptor of it for its children.
+func (t *claimsTree) ensureDirAt(parent int, d dirSpec) (int, error) {
+	name := filepath.Base(d.rel)
+	if err := unix.Mkdirat(parent, name, uint32(d.mode.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, fmt.Errorf("create %s: %w", t.abs(d.rel), err)
+	}
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return -1, &UnsafePathError{Path: t.abs(d.rel), Reason: "is a symlink, expected a directory"}
+	case errors.Is(err, unix.ENOTDIR):
+		return -1, &UnsafePathError{Path: t.abs(d.rel), Reason: "is not a directory"}
+	case err != nil:
+		return -1, fmt.Errorf("open %s: %w", t.abs(d.rel), err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = unix.Close(fd)
+		return -1, fmt.Errorf("inspect %s: %w", t.abs(d.rel), err)
+	}
+	want := uint32(d.mode.Perm())
+	if d.mode&os.ModeSticky != 0 {
+		want |= unix.S_ISVTX
+	}
+	if st.Mode&07777 != want {
+		if err := unix.Fchmod(fd, want); err != nil {
+			_ = unix.Close(fd)
+			return -1, fmt.Errorf("set mode of %s: %w", t.abs(d.rel), err)
+		}
+	}
+	uid, gid := os.Geteuid(), os.Getegid()
+	if int(st.Uid) != uid || int(st.Gid) != gid {
+		if err := unix.Fchown(fd, uid, gid); err != nil {
+			_ = unix.Close(fd)
+			return -1, fmt.Errorf("set owner of %s: %w", t.abs(d.rel), err)
+		}
+	}
+	return fd, nil
 }
 
 // dirSpec is a directory below the claims root and the mode it must have.

@@ -232,13 +232,15 @@ func (s *Server) refuseOpen(c *net.UnixConn) {
 	if s.answering.Add(1) > maxBusyAnswers {
 		// Even here the client gets BUSY (contract §5), written from the accept loop without
 		// a goroutine: a fresh unix socket's buffer takes the small frame at once, and the
-		// short deadline bounds the accept loop if it does not. No linger: on AF_UNIX the
-		// frame stays readable by the peer after we close.
+		// short deadline bounds the accept loop if it does not. The write side is shut at once
+		// but the socket is closed only after the linger, by a timer rather than a goroutine:
+		// a client still sending its request must not get EPIPE before it reads the answer.
 		s.answering.Add(-1)
 		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Millisecond))
 		_, err := c.Write(AppendResponse(nil, s.busy("too many open registry connections")))
+		_ = c.CloseWrite()
 		s.untrack(c)
-		_ = c.Close()
+		time.AfterFunc(s.cfg.Linger, func() { _ = c.Close() })
 		if err != nil {
 			s.deps.Metrics.Unanswered()
 		} else {

@@ -7,7 +7,7 @@ GO_PACKAGES := ./...
 # Short: unix socket paths in tests must stay under ~100 bytes.
 export TMPDIR ?= /tmp
 
-.PHONY: all build test test-go test-tools test-library test-library-asan lint fuzz bench bench-go bench-library clean
+.PHONY: all build test-deps test test-go test-tools test-library test-library-asan lint fuzz bench bench-go bench-library clean
 .PHONY: cluster-bins cluster-up cluster-down e2e demo
 
 all: build
@@ -19,7 +19,11 @@ build:
 
 ## test: unit and integration tests (Go, under the race detector) and the libvgpu.so suite
 ## (CTest), plain and under AddressSanitizer/UndefinedBehaviorSanitizer.
-test: test-go test-tools test-library test-library-asan
+test: test-deps test-go test-tools test-library test-library-asan
+
+# Debian packages the suites need (installed only when missing).
+test-deps:
+	hack/install-test-deps.sh
 
 test-go:
 	$(GO) test -race -count=1 -timeout 20m $(GO_PACKAGES)

@@ -6,6 +6,7 @@ import (
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
+	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
@@ -59,8 +60,8 @@ type Claim struct {
 
 // validate checks c against what this writer needs before any name or path is built.
 func (w *Writer) validate(c *Claim) error {
-	if !isCanonicalUUID(c.UID) {
-		return fmt.Errorf("%w: claim UID %q is not a canonical lower-case UUID", ErrInvalidClaim, c.UID)
+	if err := claimdir.ValidateUID(c.UID); err != nil {
+		return fmt.Errorf("%w: claim UID: %v", ErrInvalidClaim, err)
 	}
 	if len(c.Results) == 0 {
 		return fmt.Errorf("%w: claim %s has no allocation results", ErrInvalidClaim, c.UID)
@@ -113,9 +114,8 @@ func validatePath(c *Claim) error {
 				ErrInvalidClaim, c.UID)
 		}
 	case contract.PathPerClaim:
-		if !isCanonicalUUID(c.RegisterUUID) {
-			return fmt.Errorf("%w: claim %s: register UUID %q is not a canonical lower-case UUID",
-				ErrInvalidClaim, c.UID, c.RegisterUUID)
+		if err := claimdir.ValidateUID(c.RegisterUUID); err != nil {
+			return fmt.Errorf("%w: claim %s: register UUID: %v", ErrInvalidClaim, c.UID, err)
 		}
 		for _, d := range []struct{ what, path string }{
 			{"config", c.PerClaimDirs.Config},
@@ -158,26 +158,4 @@ func (w *Writer) validateResult(claimUID string, r *Result) error {
 		return fmt.Errorf("%w: claim %s: cores %d outside 0–100", ErrInvalidClaim, claimUID, r.Cores)
 	}
 	return nil
-}
-
-// isCanonicalUUID reports whether s is a lower-case 8-4-4-4-12 hex UUID, the only form of
-// claim UIDs and register UUIDs that may become part of a path or env value (contract §4–§5).
-func isCanonicalUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return true
 }

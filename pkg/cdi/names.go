@@ -6,6 +6,8 @@ import (
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 )
 
 const (
@@ -20,7 +22,7 @@ const (
 // SpecPath returns the claim's spec file, <SpecDir>/<driver>-claim_<claimUID>.json, or "" when
 // claimUID is not a canonical lower-case UUID (no path is built from an unchecked name).
 func (w *Writer) SpecPath(claimUID string) string {
-	if !isCanonicalUUID(claimUID) {
+	if claimdir.ValidateUID(claimUID) != nil {
 		return ""
 	}
 	return filepath.Join(w.opts.SpecDir, specFileName(w.opts.DriverName, claimUID))

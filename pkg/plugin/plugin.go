@@ -194,8 +194,10 @@ func (p *Plugin) newDriver(ctx context.Context, devices []gpu.Device, bootID str
 	if bootID == "" {
 		bootID = readBootID()
 	}
+	// Simulated GPUs carry made-up PCI addresses that may name a real device of this host
+	// (0000:00:00.0 is the host bridge): only real GPUs get a pcieRoot from sysfs.
 	var pcieRoot func(string) (deviceattribute.DeviceAttribute, error)
-	if !strings.HasPrefix(cfg.DeviceSource, "simulated") {
+	if _, simulated := p.gpus.(*gpu.Simulated); !simulated {
 		pcieRoot = func(busID string) (deviceattribute.DeviceAttribute, error) {
 			return deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
 		}

@@ -83,6 +83,11 @@ func TestResourceSliceContent(t *testing.T) {
 	if d.Attributes["numaNode"].IntValue == nil {
 		t.Error("numaNode missing for a simulated GPU with a NUMA node")
 	}
+	for _, dev := range s.Spec.Devices {
+		if _, ok := dev.Attributes["resource.kubernetes.io/pcieRoot"]; ok {
+			t.Errorf("simulated %s has a pcieRoot: its made-up PCI address was resolved in this host's sysfs", dev.Name)
+		}
+	}
 
 	mem := d.Capacity["memory"]
 	wantMem := int64(devs[1].MemoryBytes) - 1<<30

@@ -95,6 +95,9 @@ func (s *Store) Get(claimUID string) (Claim, bool) {
 	return c.DeepCopy(), true
 }
 
+// Len is the number of claims in the durable state, without copying it.
+func (s *Store) Len() int { return len(s.durable.Load().Claims) }
+
 // Snapshot returns a copy of the durable state: what the file on disk holds.
 func (s *Store) Snapshot() Data {
 	return s.durable.Load().DeepCopy()

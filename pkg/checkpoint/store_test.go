@@ -148,6 +148,9 @@ func TestGetAndSnapshotReturnCopies(t *testing.T) {
 	if _, ok := s.Get(uidB); ok {
 		t.Error("Get of an unknown claim reported it present")
 	}
+	if n := s.Len(); n != 1 {
+		t.Errorf("Len = %d after deleting from a snapshot, want the 1 durable claim", n)
+	}
 }
 
 func TestUpdateSkipsUnchangedAndFailedBatches(t *testing.T) {

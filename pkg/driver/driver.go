@@ -235,5 +235,5 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 }
 
 func (d *Driver) updateGauges() {
-	d.deps.Metrics.PreparedClaims.Set(float64(len(d.deps.Checkpoint.Snapshot().Claims)))
+	d.deps.Metrics.PreparedClaims.Set(float64(d.deps.Checkpoint.Len()))
 }

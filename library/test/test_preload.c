@@ -482,21 +482,10 @@ static void test_corelimit(void)
 
 int main(int argc, char **argv)
 {
-	static const struct { const char *name; void (*fn)(void); } tests[] = {
+	static const struct test_case tests[] = {
 		{ "routes", test_routes }, { "refusal", test_refusal }, { "untouched", test_untouched },
 		{ "interposer", test_interposer }, { "exact", test_exact }, { "sigkill", test_sigkill },
 		{ "reconcile", test_reconcile }, { "prodlib", test_prodlib }, { "corelimit", test_corelimit },
 	};
-	if (argc != 2)
-		return 2;
-	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-		if (strcmp(argv[1], tests[i].name) == 0) {
-			tests[i].fn();
-			char name[64];
-			snprintf(name, sizeof(name), "preload_%s", argv[1]);
-			return test_finish(name);
-		}
-	}
-	fprintf(stderr, "unknown test %s\n", argv[1]);
-	return 2;
+	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -570,21 +570,10 @@ static void test_missing_dir(void)
 
 int main(int argc, char **argv)
 {
-	static const struct { const char *name; void (*fn)(void); } tests[] = {
+	static const struct test_case tests[] = {
 		{ "nri", test_nri }, { "perclaim", test_perclaim }, { "retry", test_retry },
 		{ "not_found", test_not_found }, { "restart", test_restart }, { "missing_dir", test_missing_dir },
 	};
-	if (argc != 2)
-		return 2;
 	signal(SIGPIPE, SIG_IGN);
-	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-		if (strcmp(argv[1], tests[i].name) == 0) {
-			tests[i].fn();
-			char name[64];
-			snprintf(name, sizeof(name), "real_registry_%s", argv[1]);
-			return test_finish(name);
-		}
-	}
-	fprintf(stderr, "unknown test %s\n", argv[1]);
-	return 2;
+	return test_dispatch(argc, argv, "real_registry_", tests, sizeof(tests) / sizeof(tests[0]));
 }

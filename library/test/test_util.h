@@ -45,4 +45,28 @@ static inline int test_finish(const char *name)
 	return 0;
 }
 
+/* A named test case of a multi-case test program (one CTest entry per case). */
+struct test_case {
+	const char *name;
+	void (*fn)(void);
+};
+
+/* test_dispatch runs the case argv[1] names and reports it as <prefix><name>; 2 on bad usage. */
+static inline int test_dispatch(int argc, char **argv, const char *prefix, const struct test_case *cases,
+				size_t n)
+{
+	if (argc != 2)
+		return 2;
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(argv[1], cases[i].name) == 0) {
+			cases[i].fn();
+			char name[64];
+			snprintf(name, sizeof(name), "%s%s", prefix, argv[1]);
+			return test_finish(name);
+		}
+	}
+	fprintf(stderr, "unknown test %s\n", argv[1]);
+	return 2;
+}
+
 #endif

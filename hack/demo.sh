@@ -61,6 +61,7 @@ summary() {
 
 main() {
   require_root
+  take_suite_lock
   "${HACK_DIR}/build-artifacts.sh"
   make -C "${REPO_ROOT}" --no-print-directory cluster-up
   "${HACK_DIR}/images.sh" plugin test-workload

@@ -18,6 +18,7 @@ teardown() {
 
 main() {
   require_root
+  take_suite_lock
   "${HACK_DIR}/build-artifacts.sh"
   log "helm lint"
   "${CLUSTER_BIN}/helm" lint --strict "${REPO_ROOT}/deployments/helm/vgpu-dra"

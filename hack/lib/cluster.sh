@@ -80,6 +80,19 @@ die() { log "ERROR: $*"; exit 1; }
 # format_duration 125 -> "2m05s"
 format_duration() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
+# take_suite_lock serialises whole runs that bring a cluster up, use it and take it down (make e2e,
+# and later suites), so that two clones on one machine (a developer's and CI's) never share or tear
+# down each other's cluster. It waits as long as the other run takes (fd 8, held until exit).
+take_suite_lock() {
+  local lock="${VGPU_DRA_CACHE:-/var/cache/vgpu-dra}/suite.lock"
+  mkdir -p "$(dirname "${lock}")"
+  exec 8>"${lock}"
+  if ! flock -n 8; then
+    log "another cluster suite runs on this machine; waiting for it (${lock})"
+    flock 8
+  fi
+}
+
 # take_cluster_lock serialises cluster scripts on this machine (fd 9; started daemons close it).
 take_cluster_lock() {
   mkdir -p "$(dirname "${LOCK_FILE}")"

@@ -6,7 +6,6 @@ import (
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
-	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
@@ -60,7 +59,7 @@ type Claim struct {
 
 // validate checks c against what this writer needs before any name or path is built.
 func (w *Writer) validate(c *Claim) error {
-	if err := claimdir.ValidateUID(c.UID); err != nil {
+	if err := contract.ValidateUID(c.UID); err != nil {
 		return fmt.Errorf("%w: claim UID: %v", ErrInvalidClaim, err)
 	}
 	if len(c.Results) == 0 {
@@ -114,7 +113,7 @@ func validatePath(c *Claim) error {
 				ErrInvalidClaim, c.UID)
 		}
 	case contract.PathPerClaim:
-		if err := claimdir.ValidateUID(c.RegisterUUID); err != nil {
+		if err := contract.ValidateUID(c.RegisterUUID); err != nil {
 			return fmt.Errorf("%w: claim %s: register UUID: %v", ErrInvalidClaim, c.UID, err)
 		}
 		for _, d := range []struct{ what, path string }{

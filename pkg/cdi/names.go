@@ -7,7 +7,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
-	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
 const (
@@ -22,7 +22,7 @@ const (
 // SpecPath returns the claim's spec file, <SpecDir>/<driver>-claim_<claimUID>.json, or "" when
 // claimUID is not a canonical lower-case UUID (no path is built from an unchecked name).
 func (w *Writer) SpecPath(claimUID string) string {
-	if claimdir.ValidateUID(claimUID) != nil {
+	if contract.ValidateUID(claimUID) != nil {
 		return ""
 	}
 	return filepath.Join(w.opts.SpecDir, specFileName(w.opts.DriverName, claimUID))
@@ -70,4 +70,21 @@ func resultDeviceName(claimUID string, r *Result) string {
 
 func commonDeviceName(claimUID string) string {
 	return claimUID + "-" + commonDeviceSuffix
+}
+
+// ClaimUIDOf returns the claim UID of one of this driver's claim devices, given its qualified
+// CDI ID ("<driver>/claim=<claimUID>-..."): the result devices and the claim-common device of
+// contract §3. ok is false for any other ID (another vendor or class, a name that does not
+// start with a canonical claim UID and a '-').
+func ClaimUIDOf(driverName, qualifiedID string) (claimUID string, ok bool) {
+	vendor, class, name, err := parser.ParseQualifiedName(qualifiedID)
+	if err != nil || vendor != driverName || class != specClass {
+		return "", false
+	}
+	// Every device name starts with the canonical claim UID, which has a fixed length.
+	const uidLen = len("00000000-0000-0000-0000-000000000000")
+	if len(name) <= uidLen || name[uidLen] != '-' || contract.ValidateClaimUID(name[:uidLen]) != nil {
+		return "", false
+	}
+	return name[:uidLen], true
 }

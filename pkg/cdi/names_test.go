@@ -3,6 +3,7 @@ package cdi
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -75,5 +76,32 @@ func TestDeviceIDs(t *testing.T) {
 				t.Errorf("DeviceIDs =\n%q\nwant\n%q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestClaimUIDOf: the NRI plugin recognises our claim devices among a container's CDI devices
+// by this parser alone; every name DeviceIDs builds parses back to its claim, nothing else does.
+func TestClaimUIDOf(t *testing.T) {
+	w := newTestWriter(t, nil)
+	for _, ids := range w.DeviceIDs(nriClaim(gpu0Result(), gpu3Result())) {
+		for _, id := range ids[:2] {
+			if uid, ok := ClaimUIDOf(testDriver, id); !ok || uid != claimUID {
+				t.Errorf("ClaimUIDOf(%q) = %q, %v; want %q, true", id, uid, ok, claimUID)
+			}
+		}
+	}
+	for _, id := range []string{
+		"nvidia.com/gpu=" + gpu0UUID,              // another vendor
+		"other.dev/claim=" + claimUID + "-common", // another driver
+		"vgpu.dra.dev/other=" + claimUID + "-common",
+		"vgpu.dra.dev/claim=" + claimUID, // no '-' after the UID
+		"vgpu.dra.dev/claim=" + strings.ToUpper(claimUID) + "-common",
+		"vgpu.dra.dev/claim=short-common",
+		"vgpu.dra.dev/claim",
+		"",
+	} {
+		if uid, ok := ClaimUIDOf(testDriver, id); ok {
+			t.Errorf("ClaimUIDOf(%q) = %q, true; want false", id, uid)
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
 // EnsureClaimDir creates the claims root and the claim's directory, both 0700 and root's, as
@@ -143,7 +145,7 @@ func (l Layout) ListClaims() ([]string, error) {
 	}
 	var uids []string
 	for _, e := range entries {
-		if e.Type().IsDir() && ValidateUID(e.Name()) == nil {
+		if e.Type().IsDir() && contract.ValidateUID(e.Name()) == nil {
 			uids = append(uids, e.Name())
 		}
 	}
@@ -166,7 +168,7 @@ func (l Layout) list(rel string) ([]fs.DirEntry, error) {
 // parseContainerDirName splits "<podUID>_<containerName>" and validates both parts.
 func parseContainerDirName(name string) (ContainerRef, bool) {
 	podUID, containerName, ok := strings.Cut(name, "_")
-	if !ok || ValidateUID(podUID) != nil || ValidateContainerName(containerName) != nil {
+	if !ok || contract.ValidateUID(podUID) != nil || contract.ValidateContainerName(containerName) != nil {
 		return ContainerRef{}, false
 	}
 	return ContainerRef{PodUID: podUID, ContainerName: containerName}, true

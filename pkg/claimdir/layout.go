@@ -123,7 +123,7 @@ func dirsAt(root string) Dirs {
 
 // claimRel validates claimUID and returns the claim directory relative to the claims root.
 func claimRel(claimUID string) (string, error) {
-	if err := validateUID(KindClaimUID, claimUID); err != nil {
+	if err := contract.ValidateClaimUID(claimUID); err != nil {
 		return "", err
 	}
 	return claimUID, nil
@@ -145,10 +145,10 @@ func containerRel(claimUID, podUID, containerName string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := validateUID(KindPodUID, podUID); err != nil {
+	if err := contract.ValidatePodUID(podUID); err != nil {
 		return "", err
 	}
-	if err := ValidateContainerName(containerName); err != nil {
+	if err := contract.ValidateContainerName(containerName); err != nil {
 		return "", err
 	}
 	return filepath.Join(rel, containerDirName(podUID, containerName)), nil

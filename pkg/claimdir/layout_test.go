@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
 const (
@@ -55,7 +57,7 @@ func TestLayoutPaths(t *testing.T) {
 }
 
 // TestInvalidNamesBuildNothing: every method that takes names refuses bad ones with an
-// *InvalidNameError before it builds a path or touches the disk.
+// *contract.InvalidNameError before it builds a path or touches the disk.
 func TestInvalidNamesBuildNothing(t *testing.T) {
 	state := t.TempDir()
 	l := Layout{StateDir: state}
@@ -67,23 +69,23 @@ func TestInvalidNamesBuildNothing(t *testing.T) {
 		pod      string
 		ctr      string
 	}{
-		{"ClaimDir", func(c, _, _ string) error { _, err := l.ClaimDir(c); return err }, KindClaimUID, "../x", pod1, "app"},
-		{"PerClaimDirs", func(c, _, _ string) error { _, err := l.PerClaimDirs(c); return err }, KindClaimUID, "ABC", pod1, "app"},
-		{"ContainerDirs bad pod", func(c, p, n string) error { _, err := l.ContainerDirs(c, p, n); return err }, KindPodUID, claimA, "../../etc", "app"},
-		{"ContainerDirs bad name", func(c, p, n string) error { _, err := l.ContainerDirs(c, p, n); return err }, KindContainerName, claimA, pod1, "../x"},
-		{"EnsureClaimDir", func(c, _, _ string) error { return l.EnsureClaimDir(c) }, KindClaimUID, "..", pod1, "app"},
-		{"EnsurePerClaimDirs", func(c, _, _ string) error { _, err := l.EnsurePerClaimDirs(c); return err }, KindClaimUID, "/etc", pod1, "app"},
-		{"EnsureContainerDirs", func(c, p, n string) error { _, err := l.EnsureContainerDirs(c, p, n); return err }, KindContainerName, claimA, pod1, "a_b"},
-		{"RemoveClaim", func(c, _, _ string) error { return l.RemoveClaim(c) }, KindClaimUID, ".", pod1, "app"},
-		{"RemoveContainerDirs", func(c, p, n string) error { return l.RemoveContainerDirs(c, p, n) }, KindPodUID, claimA, "x", "app"},
-		{"ListContainerDirs", func(c, _, _ string) error { _, err := l.ListContainerDirs(c); return err }, KindClaimUID, "", pod1, "app"},
+		{"ClaimDir", func(c, _, _ string) error { _, err := l.ClaimDir(c); return err }, contract.KindClaimUID, "../x", pod1, "app"},
+		{"PerClaimDirs", func(c, _, _ string) error { _, err := l.PerClaimDirs(c); return err }, contract.KindClaimUID, "ABC", pod1, "app"},
+		{"ContainerDirs bad pod", func(c, p, n string) error { _, err := l.ContainerDirs(c, p, n); return err }, contract.KindPodUID, claimA, "../../etc", "app"},
+		{"ContainerDirs bad name", func(c, p, n string) error { _, err := l.ContainerDirs(c, p, n); return err }, contract.KindContainerName, claimA, pod1, "../x"},
+		{"EnsureClaimDir", func(c, _, _ string) error { return l.EnsureClaimDir(c) }, contract.KindClaimUID, "..", pod1, "app"},
+		{"EnsurePerClaimDirs", func(c, _, _ string) error { _, err := l.EnsurePerClaimDirs(c); return err }, contract.KindClaimUID, "/etc", pod1, "app"},
+		{"EnsureContainerDirs", func(c, p, n string) error { _, err := l.EnsureContainerDirs(c, p, n); return err }, contract.KindContainerName, claimA, pod1, "a_b"},
+		{"RemoveClaim", func(c, _, _ string) error { return l.RemoveClaim(c) }, contract.KindClaimUID, ".", pod1, "app"},
+		{"RemoveContainerDirs", func(c, p, n string) error { return l.RemoveContainerDirs(c, p, n) }, contract.KindPodUID, claimA, "x", "app"},
+		{"ListContainerDirs", func(c, _, _ string) error { _, err := l.ListContainerDirs(c); return err }, contract.KindClaimUID, "", pod1, "app"},
 	}
 	for _, tt := range calls {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call(tt.claim, tt.pod, tt.ctr)
-			var ine *InvalidNameError
+			var ine *contract.InvalidNameError
 			if !errors.As(err, &ine) || ine.Kind != tt.wantKind {
-				t.Fatalf("err = %v, want an *InvalidNameError for a %s", err, tt.wantKind)
+				t.Fatalf("err = %v, want an *contract.InvalidNameError for a %s", err, tt.wantKind)
 			}
 			if entries, err := os.ReadDir(state); err != nil || len(entries) != 0 {
 				t.Errorf("state directory holds %v (%v), want nothing", entries, err)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
@@ -22,19 +22,9 @@ type vgpuEnv struct {
 	podUID, containerName string // VGPU_POD_UID, VGPU_CONTAINER_NAME (replayed containers)
 }
 
-// claimUIDOf returns the non-empty MANAGER_VGPU_CLAIM_UID of env, or "" when there is none.
-// This is the fast path for every container on the node: one pass, no allocation.
-func claimUIDOf(env []string) string {
-	var uid string
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, contract.EnvClaimUID+"="); ok && v != "" {
-			uid = v // the runtime keeps one value per key; the last one wins if not
-		}
-	}
-	return uid
-}
-
-// parseEnv reads every variable the plugin cares about.
+// parseEnv reads every variable the plugin cares about in one pass. It runs for every
+// container on the node (most carry no claim UID): it allocates nothing unless the container
+// names visible devices.
 func parseEnv(env []string) vgpuEnv {
 	var e vgpuEnv
 	for _, kv := range env {
@@ -87,19 +77,18 @@ type CollisionError struct{ Message string }
 func (e *CollisionError) Error() string { return e.Message }
 
 // checkCollisions looks at the container's CDI devices for two of our claim-common devices
-// or two of our result devices on one GPU. Our devices are recognised by their claim UID
-// prefix and looked up in the prepared claims; nothing else is parsed out of a name.
-func checkCollisions(claims Claims, devices []string) error {
+// or two of our result devices on one GPU. Our devices are recognised by pkg/cdi's parser of
+// its own names and looked up in the prepared claims; nothing else is parsed out of a name.
+func checkCollisions(driverName string, claims Claims, devices []string) error {
 	var commons []string
 	type use struct{ claim, request string }
 	byGPU := map[string]use{}
 	seen := map[string]Claim{}
 	for _, id := range devices {
-		_, name, ok := strings.Cut(id, "=")
-		if !ok || len(name) < 37 || name[36] != '-' || claimdir.ValidateUID(name[:36]) != nil {
+		uid, ok := cdi.ClaimUIDOf(driverName, id)
+		if !ok {
 			continue
 		}
-		uid := name[:36]
 		c, ok := seen[uid]
 		if !ok {
 			if c, ok = claims.Prepared(uid); !ok {

@@ -10,7 +10,6 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"k8s.io/klog/v2"
 
-	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 )
@@ -38,13 +37,14 @@ func reject(reason, format string, args ...any) error {
 // at once with no adjustment. An invalid one gets no adjustment and a counted rejection; the
 // collisions and the invariant of contract §3, and errors, fail the container.
 func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	if claimUIDOf(ctr.GetEnv()) == "" {
+	env := parseEnv(ctr.GetEnv())
+	if env.claimUID == "" {
 		return nil, nil, nil
 	}
 	start := time.Now()
 	defer p.observe(metrics.HookCreateContainer, start)
 	logger := p.logger.WithValues("pod", klog.KRef(pod.GetNamespace(), pod.GetName()), "podUID", pod.GetUid(), "container", ctr.GetName())
-	adjust, err := p.createContainer(ctx, pod, ctr)
+	adjust, err := p.createContainer(ctx, pod, ctr, env)
 	var rej *rejection
 	switch {
 	case errors.As(err, &rej):
@@ -62,14 +62,13 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	return adjust, nil, nil
 }
 
-func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, error) {
-	env := parseEnv(ctr.GetEnv())
+func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, env vgpuEnv) (*api.ContainerAdjustment, error) {
 	podUID, name, uid := pod.GetUid(), ctr.GetName(), env.claimUID
 	if env.conflicting {
 		return nil, reject(contract.RejectInvalidValue, "%s has two different values", contract.EnvClaimUID)
 	}
 	// Names are validated before any path is built from them.
-	for _, err := range []error{claimdir.ValidateUID(uid), claimdir.ValidateUID(podUID), claimdir.ValidateContainerName(name)} {
+	for _, err := range []error{contract.ValidateUID(uid), contract.ValidateUID(podUID), contract.ValidateContainerName(name)} {
 		if err != nil {
 			return nil, reject(contract.RejectInvalidValue, "%v", err)
 		}
@@ -83,7 +82,7 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	}
 	devices := cdiDevices(ctr)
 	if len(devices) > 0 {
-		if err := checkCollisions(p.claims, devices); err != nil {
+		if err := checkCollisions(p.cfg.DriverName, p.claims, devices); err != nil {
 			return nil, err
 		}
 		if !slices.Contains(devices, claim.CommonCDIDevice) {

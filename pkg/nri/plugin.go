@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 )
 
@@ -18,6 +19,9 @@ const DefaultRefreshTimeout = 500 * time.Millisecond
 
 // Config is the plugin's plain configuration.
 type Config struct {
+	// DriverName is the DRA driver name, the vendor of the claim CDI devices (--driver-name);
+	// contract.DefaultDriverName when empty.
+	DriverName string
 	// Layout is the host directory layout (--state-dir).
 	Layout claimdir.Layout
 	// RefreshTimeout bounds the API read on a reservedFor miss; DefaultRefreshTimeout when 0.
@@ -47,6 +51,9 @@ func NewPlugin(cfg Config, claims Claims, m *metrics.NRIMetrics, logger klog.Log
 	}
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
+	}
+	if cfg.DriverName == "" {
+		cfg.DriverName = contract.DefaultDriverName
 	}
 	return &Plugin{cfg: cfg, claims: claims, cache: NewCache(), metrics: m, logger: logger}
 }

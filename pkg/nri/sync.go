@@ -53,10 +53,13 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 
 // replayed turns a replayed container into a cache instance when it is ours.
 func (p *Plugin) replayed(pod *api.PodSandbox, ctr *api.Container) (Instance, bool) {
-	if pod == nil || claimUIDOf(ctr.GetEnv()) == "" {
+	if pod == nil {
 		return Instance{}, false
 	}
 	env := parseEnv(ctr.GetEnv())
+	if env.claimUID == "" {
+		return Instance{}, false
+	}
 	podUID, name := pod.GetUid(), ctr.GetName()
 	if env.conflicting || env.podUID != podUID || env.containerName != name {
 		return Instance{}, false

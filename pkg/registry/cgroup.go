@@ -12,7 +12,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
 // CgroupHierarchy is the one cgroup hierarchy the registry reads membership from (contract
@@ -258,13 +258,13 @@ func PodOfCgroup(cgroup string) (podUID, container string, ok bool) {
 }
 
 func podUIDOfComponent(c string) (string, bool) {
-	if rest, ok := strings.CutPrefix(c, "pod"); ok && claimdir.ValidateUID(rest) == nil {
+	if rest, ok := strings.CutPrefix(c, "pod"); ok && contract.ValidateUID(rest) == nil {
 		return rest, true
 	}
 	if base, ok := strings.CutSuffix(c, ".slice"); ok {
 		if i := strings.LastIndex(base, "-pod"); i >= 0 {
 			uid := strings.ReplaceAll(base[i+len("-pod"):], "_", "-")
-			if claimdir.ValidateUID(uid) == nil {
+			if contract.ValidateUID(uid) == nil {
 				return uid, true
 			}
 		}

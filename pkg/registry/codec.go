@@ -7,7 +7,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
@@ -173,12 +172,12 @@ func (r Request) Validate() error {
 		if u.v == "" {
 			continue
 		}
-		if err := claimdir.ValidateUID(u.v); err != nil {
+		if err := contract.ValidateUID(u.v); err != nil {
 			return invalid("%s: %v", u.what, err)
 		}
 	}
 	if r.ContainerName != "" {
-		if err := claimdir.ValidateContainerName(r.ContainerName); err != nil {
+		if err := contract.ValidateContainerName(r.ContainerName); err != nil {
 			return invalid("container_name: %v", err)
 		}
 	}

@@ -1,4 +1,6 @@
-package claimdir
+// Validation of the names that come from outside (claim and pod UIDs, register UUIDs, container
+// names) before any path, file name or frame is built from them.
+package contract
 
 import "fmt"
 
@@ -32,6 +34,12 @@ const maxContainerName = 63
 // ValidateUID checks that uid is a canonical lower-case UUID, 8-4-4-4-12 hexadecimal digits,
 // as the API server assigns them (claim and pod UIDs, register UUIDs).
 func ValidateUID(uid string) error { return validateUID(KindUID, uid) }
+
+// ValidateClaimUID is ValidateUID with "claim UID" named in the error.
+func ValidateClaimUID(uid string) error { return validateUID(KindClaimUID, uid) }
+
+// ValidatePodUID is ValidateUID with "pod UID" named in the error.
+func ValidatePodUID(uid string) error { return validateUID(KindPodUID, uid) }
 
 // validateUID is ValidateUID with the kind of UID named in the error.
 func validateUID(kind, uid string) error {

@@ -1,4 +1,4 @@
-package claimdir
+package contract
 
 import (
 	"errors"

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -222,4 +223,36 @@ func (s *Store) persist(d Data) error {
 	}
 	s.onDisk = dataBytes
 	return nil
+}
+
+// ErrNotPrepared says that a claim is not in the checkpoint.
+var ErrNotPrepared = errors.New("claim is not prepared")
+
+// SetReservedFor records pods (sorted pod UIDs) as the pods the claim is reserved for, and
+// writes only when the record says otherwise. Prepare (a repeated call for a second pod) and the
+// NRI plugin (a reservedFor re-read from the API server) both keep the record current through it.
+func (s *Store) SetReservedFor(claimUID string, pods []string) error {
+	if c, ok := s.durable.Load().Claims[claimUID]; ok && slices.Equal(c.ReservedFor, pods) {
+		return nil
+	}
+	return s.Update(func(d *Data) error {
+		c, ok := d.Claims[claimUID]
+		if !ok {
+			return fmt.Errorf("record reservedFor of claim %s: %w", claimUID, ErrNotPrepared)
+		}
+		c.ReservedFor = slices.Clone(pods)
+		d.Claims[claimUID] = c
+		return nil
+	})
+}
+
+// Find returns a copy of the first claim (in no particular order) for which match is true.
+// match sees the durable records without a copy: it must not keep or modify them.
+func (s *Store) Find(match func(uid string, c *Claim) bool) (string, Claim, bool) {
+	for uid, c := range s.durable.Load().Claims {
+		if match(uid, &c) {
+			return uid, c.DeepCopy(), true
+		}
+	}
+	return "", Claim{}, false
 }

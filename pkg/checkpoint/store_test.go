@@ -244,3 +244,53 @@ func assertClaims(t *testing.T, path string, uids []string) {
 		}
 	}
 }
+
+// TestSetReservedFor: the one writer of reservedFor writes only a change, keeps it across a
+// reopen, and names an unknown claim.
+func TestSetReservedFor(t *testing.T) {
+	path := checkpointPath(t)
+	s := openStore(t, path)
+	if err := s.Update(putClaim(uidA, fullClaim())); err != nil {
+		t.Fatal(err)
+	}
+	var wc writeCounter
+	wc.install(s)
+	if err := s.SetReservedFor(uidA, []string{podX, podY}); err != nil {
+		t.Fatalf("unchanged list: %v", err)
+	}
+	if n := wc.count(); n != 0 {
+		t.Errorf("%d writes for an unchanged reservedFor, want 0", n)
+	}
+	if err := s.SetReservedFor(uidA, []string{podY}); err != nil {
+		t.Fatalf("changed list: %v", err)
+	}
+	if c, _ := openStore(t, path).Get(uidA); !slices.Equal(c.ReservedFor, []string{podY}) {
+		t.Errorf("file holds reservedFor %v, want [%s]", c.ReservedFor, podY)
+	}
+	if err := s.SetReservedFor(uidB, []string{podX}); !errors.Is(err, ErrNotPrepared) || !strings.Contains(err.Error(), uidB) {
+		t.Errorf("unknown claim: err = %v, want ErrNotPrepared naming %s", err, uidB)
+	}
+}
+
+// TestFind returns a copy of the match and reports a miss.
+func TestFind(t *testing.T) {
+	s := openStore(t, checkpointPath(t))
+	b := fullClaim()
+	b.RegisterUUID = "6c2f1d4e-3b5a-4c7d-9e8f-0a1b2c3d4e5f"
+	for uid, c := range map[string]Claim{uidA: fullClaim(), uidB: b} {
+		if err := s.Update(putClaim(uid, c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uid, c, ok := s.Find(func(_ string, c *Claim) bool { return c.RegisterUUID == b.RegisterUUID })
+	if !ok || uid != uidB || !reflect.DeepEqual(c, b) {
+		t.Fatalf("Find = %s, %+v, %v; want %s and its claim", uid, c, ok, uidB)
+	}
+	c.Devices[0].GPUUUID = "changed"
+	if got, _ := s.Get(uidB); !reflect.DeepEqual(got, b) {
+		t.Error("changing Find's result changed the store")
+	}
+	if _, _, ok := s.Find(func(string, *Claim) bool { return false }); ok {
+		t.Error("Find reported a match when nothing matched")
+	}
+}

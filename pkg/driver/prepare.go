@@ -59,18 +59,8 @@ func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClai
 		if err := d.ensureFiles(uid, prepared); err != nil {
 			return nil, fmt.Errorf("re-create files of prepared claim %s: %w", klog.KObj(claim), err)
 		}
-		if !slices.Equal(prepared.ReservedFor, reservedFor) {
-			if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
-				c, ok := data.Claims[uid]
-				if !ok {
-					return fmt.Errorf("claim %s vanished from the checkpoint", uid)
-				}
-				c.ReservedFor = reservedFor
-				data.Claims[uid] = c
-				return nil
-			}); err != nil {
-				return nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record reservedFor of claim %s: %w", klog.KObj(claim), err)}
-			}
+		if err := d.deps.Checkpoint.SetReservedFor(uid, reservedFor); err != nil {
+			return nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record reservedFor of claim %s: %w", klog.KObj(claim), err)}
 		}
 		logger.V(4).Info("Claim already prepared", "claim", klog.KObj(claim))
 		return resultDevices(prepared.Devices), nil

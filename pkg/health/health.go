@@ -83,8 +83,11 @@ func (s *Server) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*
 }
 
 // Serve listens on address (e.g. ":51515") and serves the health service until ctx ends.
-// It returns the bound address (useful with port 0).
+// It returns the bound address (useful with port 0); an empty address disables it (nil, nil).
 func (s *Server) Serve(ctx context.Context, address string) (net.Addr, error) {
+	if address == "" {
+		return nil, nil
+	}
 	lis, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("listen for health on %s: %w", address, err)

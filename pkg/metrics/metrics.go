@@ -1,17 +1,10 @@
-// Package metrics defines the plugin's Prometheus metrics (contract §8) on a registry of its own,
-// so that several plugin instances in one test process do not collide, and serves them over HTTP.
+// Package metrics defines the plugin's Prometheus metrics (contract §8) on a registry of the
+// instance's own (pkg/component serves it), so that several plugin instances in one test
+// process do not collide.
 package metrics
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"net"
-	"net/http"
-	"time"
-
 	"k8s.io/component-base/metrics"
-	"k8s.io/klog/v2"
 )
 
 // Namespace prefixes every metric name (contract §8).
@@ -39,13 +32,13 @@ type Metrics struct {
 	PublishedDevices  *metrics.Gauge
 }
 
-// New creates the metrics on a fresh registry.
-func New() *Metrics {
+// New creates the metrics on reg (component.NewMetricsRegistry: one registry per instance).
+func New(reg metrics.KubeRegistry) *Metrics {
 	// Prepare is mostly disk I/O (an fsync'd checkpoint write costs ~1 ms here): buckets from
 	// 0.5 ms to ~16 s.
 	buckets := metrics.ExponentialBuckets(0.0005, 2, 16)
 	m := &Metrics{
-		Registry: metrics.NewKubeRegistry(),
+		Registry: reg,
 		PrepareDuration: metrics.NewHistogram(&metrics.HistogramOpts{
 			Namespace: Namespace, Name: "prepare_duration_seconds",
 			Help:    "Time to prepare one ResourceClaim (NodePrepareResources, per claim).",
@@ -80,36 +73,4 @@ func New() *Metrics {
 	m.Registry.MustRegister(m.PrepareDuration, m.UnprepareDuration, m.PrepareErrors,
 		m.UnprepareErrors, m.PreparedClaims, m.PublishedDevices)
 	return m
-}
-
-// Handler serves the registry in the Prometheus text format.
-func (m *Metrics) Handler() http.Handler {
-	return metrics.HandlerFor(m.Registry, metrics.HandlerOpts{ErrorHandling: metrics.ContinueOnError})
-}
-
-// Serve serves /metrics on address until ctx ends. An empty address disables the endpoint.
-func (m *Metrics) Serve(ctx context.Context, address string) error {
-	if address == "" {
-		return nil
-	}
-	lis, err := net.Listen("tcp", address)
-	if err != nil {
-		return fmt.Errorf("listen for metrics on %s: %w", address, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Metrics server stopped", "address", address)
-		}
-	}()
-	klog.FromContext(ctx).Info("Serving metrics", "address", lis.Addr().String())
-	return nil
 }

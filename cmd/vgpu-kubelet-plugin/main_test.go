@@ -84,10 +84,8 @@ func TestSecondInstanceWaitsAndSIGTERMStopsCleanly(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	// Nothing of the kubelet's directories exists: the plugin creates what it needs.
 	kubelet := filepath.Join(root, "kubelet")
-	if err := os.MkdirAll(filepath.Join(kubelet, "plugins_registry"), 0o750); err != nil {
-		t.Fatal(err)
-	}
 	// The API server is never reached in this test; the plugin only needs a client config.
 	kubeconfig := filepath.Join(root, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1

@@ -32,6 +32,12 @@ func NewWriter(o Options) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The runtime reads the directory, the plugin only writes to it: create it when missing
+	// (/var/run/cdi is on tmpfs), so that an unusable --cdi-dir shows at start-up, not at the
+	// first Prepare.
+	if err := os.MkdirAll(o.SpecDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create CDI spec directory: %w", err)
+	}
 	return &Writer{opts: o, gpuVendor: vendor, gpuClass: class}, nil
 }
 

@@ -1,7 +1,9 @@
-// Package plugin assembles the vgpu-kubelet-plugin process from its parts: instance lock,
-// inventory, checkpoint, CDI writer, driver, kubelet registration, health and metrics. cmd turns
-// flags into Config; tests start the same assembly in-process with fakes for the API server
-// and the GPUs.
+// Package plugin is the composition root of the vgpu-kubelet-plugin process: Start builds its
+// parts in dependency order (instance lock, GPU inventory, checkpoint, NRI side, driver and
+// recovery, NRI connection, registry, kubelet services, ResourceSlices, probes), and the adapters
+// between packages (checkpoint → NRI, NRI cache → registry, checkpoint → registry) live here, so
+// that no package imports another only to satisfy its interfaces. cmd turns flags into Config;
+// tests start the same assembly in-process with fakes for the API server and the GPUs.
 package plugin
 
 import (
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
+	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
@@ -35,9 +38,6 @@ type Config struct {
 	HealthAddress string
 	// MetricsAddress serves /metrics; empty disables it.
 	MetricsAddress string
-	Kubeconfig     string
-	KubeAPIQPS     float32
-	KubeAPIBurst   int
 
 	// NRISocket is the runtime's NRI socket (--nri-socket); required when NRI is on.
 	NRISocket string
@@ -54,6 +54,9 @@ type Config struct {
 	NRI         bool
 	HealthCheck bool
 }
+
+// Layout is the host directory layout under the state directory; the one place it is built.
+func (c Config) Layout() claimdir.Layout { return claimdir.Layout{StateDir: c.StateDir} }
 
 // PluginDataDir is the kubelet plugin data directory: <kubelet>/plugins/<driver>.
 func (c Config) PluginDataDir() string {
@@ -115,9 +118,6 @@ func (c Config) Validate() error {
 	if c.NRIFailureGrace < 0 {
 		errs = append(errs, errors.New("--nri-failure-grace must not be negative"))
 	}
-	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst <= 0 {
-		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
-	}
 	// Unix socket paths are limited to 108 bytes; the kubelet's and ours must fit.
 	for _, sock := range []string{c.DRASocket(), c.RegistrarSocket(), c.DebugSocketPath()} {
 		if len(sock) >= 100 {
@@ -125,4 +125,20 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// debugSocketName is the debug socket's name in the state directory when --debug-socket is
+// not set.
+const debugSocketName = "debug.sock"
+
+// DebugSocketPath is where the debug endpoint listens: DebugSocket, or <state>/debug.sock
+// when empty; "-" disables it.
+func (c Config) DebugSocketPath() string {
+	switch c.DebugSocket {
+	case "-":
+		return ""
+	case "":
+		return filepath.Join(c.StateDir, debugSocketName)
+	}
+	return c.DebugSocket
 }

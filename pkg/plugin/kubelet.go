@@ -9,10 +9,45 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
+	"github.com/vgpu-dra/vgpu-dra/pkg/health"
 )
+
+// startKubeletServices serves the kubelet's plugin-registration and DRA gRPC services through
+// the DRA helper, and adds their liveness checks. The directories the sockets live in are
+// created when missing (the kubelet creates them on its own nodes; outside one, binding would
+// fail with "no such file or directory").
+func startKubeletServices(ctx context.Context, cfg Config, d *driver.Driver, kube kubernetes.Interface, checks *health.Server) (*kubeletplugin.Helper, error) {
+	for _, dir := range []string{cfg.RegistrarDir(), cfg.PluginDataDir()} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create kubelet plugin directory: %w", err)
+		}
+	}
+	watch := &registrationWatch{}
+	helper, err := kubeletplugin.Start(ctx, d,
+		kubeletplugin.DriverName(cfg.DriverName),
+		kubeletplugin.NodeName(cfg.NodeName),
+		kubeletplugin.KubeClient(kube),
+		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir()),
+		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir()),
+		// Serialize(false): the driver locks per claim (see driver/claimlocks.go).
+		kubeletplugin.Serialize(false),
+		kubeletplugin.GRPCInterceptor(watch.interceptor),
+		kubeletplugin.HealthService(cfg.HealthCheck),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("start kubelet plugin services: %w", err)
+	}
+	checks.Add("kubelet-registration", watch.check(cfg.RegistrarSocket()))
+	checks.Add("dra-socket", draSocketCheck(cfg.DRASocket()))
+	return helper, nil
+}
 
 // registrationWatch learns from the kubelet's own NotifyRegistrationStatus calls whether the
 // plugin is registered. The helper's RegistrationStatus() is read without synchronisation (its

@@ -53,3 +53,8 @@ func writeIfChanged(path string, data []byte) error {
 	}
 	return fsutil.WriteFileAtomic(path, data, 0o644)
 }
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
+}

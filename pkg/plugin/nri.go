@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -13,55 +12,41 @@ import (
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
-	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
+	"github.com/vgpu-dra/vgpu-dra/pkg/health"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
 )
 
-// debugSocketName is the debug socket's name in the state directory when --debug-socket is
-// not set.
-const debugSocketName = "debug.sock"
-
-// DebugSocketPath is where the debug endpoint listens: DebugSocket, or <state>/debug.sock
-// when empty; "-" disables it.
-func (c Config) DebugSocketPath() string {
-	switch c.DebugSocket {
-	case "-":
-		return ""
-	case "":
-		return filepath.Join(c.StateDir, debugSocketName)
-	}
-	return c.DebugSocket
+// nriSide is the embedded NRI plugin: its hooks with their container cache, and the supervisor
+// that connects them to the runtime.
+type nriSide struct {
+	plugin     *nri.Plugin
+	supervisor *nri.Supervisor
 }
 
-// claimPaths builds the embedded NRI plugin and its supervisor (not yet connected) when NRI is
-// on, and returns what decides the path of newly prepared claims.
-func (p *Plugin) claimPaths(store *checkpoint.Store, dirs claimdir.Layout) driver.PathSelector {
-	if !p.cfg.NRI {
-		return driver.StaticPath(contract.PathPerClaim)
-	}
+// newNRISide builds the NRI plugin and its supervisor, not yet connected: the supervisor
+// already decides the path of new claims, which the driver needs before it can recover.
+func newNRISide(cfg Config, layout claimdir.Layout, claims nri.Claims, m *metrics.Metrics) *nriSide {
 	logger := klog.Background().WithName("nri")
-	m := metrics.NewNRIMetrics(p.metrics.Registry)
-	plugin := nri.NewPlugin(nri.Config{Layout: dirs}, checkpointClaims{store: store, kube: p.kube}, m, logger)
-	p.nriCache = plugin.Cache()
-	p.nri = nri.NewSupervisor(nri.SupervisorConfig{
-		PluginName: p.cfg.DriverName, PluginIndex: p.cfg.NRIPluginIndex, Socket: p.cfg.NRISocket,
-		FailureGrace: p.cfg.NRIFailureGrace,
-	}, plugin, m, logger)
-	return p.nri
+	nm := metrics.NewNRIMetrics(m.Registry)
+	plugin := nri.NewPlugin(nri.Config{DriverName: cfg.DriverName, Layout: layout}, claims, nm, logger)
+	return &nriSide{
+		plugin: plugin,
+		supervisor: nri.NewSupervisor(nri.SupervisorConfig{
+			PluginName: cfg.DriverName, PluginIndex: cfg.NRIPluginIndex, Socket: cfg.NRISocket,
+			FailureGrace: cfg.NRIFailureGrace,
+		}, plugin, nm, logger),
+	}
 }
 
-// startNRI connects the NRI plugin (after the checkpoint is loaded and recovered), adds its
-// liveness check and serves the debug endpoint.
-func (p *Plugin) startNRI(ctx context.Context) error {
-	if p.nri == nil {
-		return nil
-	}
-	go p.nri.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("nri")))
-	p.health.Add("nri", p.nri.Check)
-	if path := p.cfg.DebugSocketPath(); path != "" {
-		if err := nri.ServeDebug(ctx, path, p.nri.DebugState); err != nil {
+// start connects to the runtime (in the background, retrying forever), adds the liveness check
+// and serves the debug endpoint (debugSocket "" disables it).
+func (n *nriSide) start(ctx context.Context, debugSocket string, checks *health.Server) error {
+	go n.supervisor.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("nri")))
+	checks.Add("nri", n.supervisor.Check)
+	if debugSocket != "" {
+		if err := nri.ServeDebug(ctx, debugSocket, n.supervisor.DebugState); err != nil {
 			return err
 		}
 	}
@@ -69,10 +54,20 @@ func (p *Plugin) startNRI(ctx context.Context) error {
 }
 
 // NRICache is the embedded NRI plugin's container cache; nil when NRI is off.
-func (p *Plugin) NRICache() *nri.Cache { return p.nriCache }
+func (p *Plugin) NRICache() *nri.Cache {
+	if p.nri == nil {
+		return nil
+	}
+	return p.nri.plugin.Cache()
+}
 
 // NRI is the NRI supervisor; nil when NRI is off.
-func (p *Plugin) NRI() *nri.Supervisor { return p.nri }
+func (p *Plugin) NRI() *nri.Supervisor {
+	if p.nri == nil {
+		return nil
+	}
+	return p.nri.supervisor
+}
 
 // checkpointClaims answers the NRI plugin's questions from the checkpoint and, on a
 // reservedFor miss, from the API server.
@@ -106,7 +101,7 @@ func (c checkpointClaims) List() []nri.Claim {
 func (c checkpointClaims) ReservedFor(ctx context.Context, claimUID string) ([]string, error) {
 	cp, ok := c.store.Get(claimUID)
 	if !ok {
-		return nil, fmt.Errorf("claim %s is not prepared", claimUID)
+		return nil, fmt.Errorf("claim %s: %w", claimUID, checkpoint.ErrNotPrepared)
 	}
 	claim, err := c.kube.ResourceV1().ResourceClaims(cp.Namespace).Get(ctx, cp.Name, metav1.GetOptions{})
 	if err != nil {
@@ -116,17 +111,7 @@ func (c checkpointClaims) ReservedFor(ctx context.Context, claimUID string) ([]s
 		return nil, nil // deleted and re-created: not the prepared claim any more
 	}
 	pods := driver.ReservedPods(claim)
-	if slices.Equal(pods, cp.ReservedFor) {
-		return pods, nil
-	}
-	err = c.store.Update(func(d *checkpoint.Data) error {
-		if rec, ok := d.Claims[claimUID]; ok {
-			rec.ReservedFor = slices.Clone(pods)
-			d.Claims[claimUID] = rec
-		}
-		return nil
-	})
-	if err != nil {
+	if err := c.store.SetReservedFor(claimUID, pods); err != nil {
 		klog.FromContext(ctx).Error(err, "Recording reservedFor in the checkpoint failed", "claim", klog.KObj(claim))
 	}
 	return pods, nil

@@ -8,217 +8,192 @@ import (
 	"os"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
-	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/component"
 	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/health"
 	"github.com/vgpu-dra/vgpu-dra/pkg/instancelock"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
-	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
 	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
 )
 
-// Deps lets tests replace what a node provides.
+// Deps are what the node provides; tests replace them with fakes.
 type Deps struct {
-	// KubeClient talks to the API server; built from Config.Kubeconfig (or in-cluster) when nil.
+	// KubeClient talks to the API server. Required: cmd builds it from the shared flags
+	// (component.Options.KubeClient), tests pass a fake clientset.
 	KubeClient kubernetes.Interface
-	// GPUs is the inventory; built from Config.DeviceSource when nil.
+	// GPUs is the inventory; opened from Config.DeviceSource when nil.
 	GPUs gpu.Source
 	// BootID overrides /proc/sys/kernel/random/boot_id (tests simulate reboots with it).
 	BootID string
 }
 
-// Plugin is a running kubelet plugin.
+// Plugin is a running kubelet plugin: the parts Start built, in the order it built them.
 type Plugin struct {
-	cfg        Config
-	cancel     context.CancelCauseFunc
-	lock       *instancelock.Lock
-	helper     *kubeletplugin.Helper
-	gpus       gpu.Source
-	ownsGPUs   bool
-	driver     *driver.Driver
-	metrics    *metrics.Metrics
-	health     *health.Server
-	healthAddr net.Addr
-	done       chan struct{}
-	kube       kubernetes.Interface
-	nri        *nri.Supervisor // nil when NRI is off
-	nriCache   *nri.Cache
-	registry   *registry.Server
-	store      *checkpoint.Store
+	cfg    Config
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+
+	metrics *metrics.Metrics
+	health  *health.Server
+
+	lock     *instancelock.Lock
+	gpus     gpu.Source
+	ownsGPUs bool
+	store    *checkpoint.Store
+	nri      *nriSide // nil when NRI is off
+	driver   *driver.Driver
+	registry *registry.Server
+	helper   *kubeletplugin.Helper
+
+	healthAddr  net.Addr
+	metricsAddr net.Addr
 }
 
-// Start brings the plugin up: instance lock first (one instance per node), then inventory,
-// checkpoint recovery, the kubelet's gRPC services, ResourceSlice publishing, health and
-// metrics. It returns once the plugin serves; Stop (or ctx) ends it.
+// Start brings the plugin up, one part after the other, each built from the ones before it:
+//
+//  1. the instance lock (one plugin per node; a second instance waits here);
+//  2. the GPU inventory;
+//  3. the checkpoint, loaded before anything is served;
+//  4. the NRI side, built but not connected (it decides the path of new claims);
+//  5. the driver, which first brings the disk in line with the checkpoint (recovery);
+//  6. NRI connects: containers can be created from here on;
+//  7. the registry (RETRY until NRI's first Synchronize);
+//  8. the kubelet's gRPC services: plugin registration and DRA;
+//  9. ResourceSlice publishing and GPU health events;
+//  10. health and metrics endpoints.
+//
+// It returns once the plugin serves; Stop (or ctx) ends it. A failure at any step stops what
+// the earlier steps started and releases the lock.
 func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if deps.KubeClient == nil {
+		return nil, errors.New("plugin: no Kubernetes client")
+	}
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancelCause(ctx)
-	p := &Plugin{cfg: cfg, cancel: cancel, metrics: metrics.New(), health: health.NewServer(), done: make(chan struct{})}
+	p := &Plugin{
+		cfg: cfg, cancel: cancel, done: make(chan struct{}),
+		metrics: metrics.New(component.NewMetricsRegistry()), health: health.NewServer(),
+	}
+	context.AfterFunc(ctx, func() { close(p.done) })
 	defer func() {
 		if finalErr != nil {
 			p.Stop()
 		}
 	}()
+	layout := cfg.Layout()
+	var err error
 
-	lock, err := instancelock.Acquire(ctx, cfg.InstanceLockPath())
-	if err != nil {
+	if p.lock, err = instancelock.Acquire(ctx, cfg.InstanceLockPath()); err != nil {
 		return nil, err
 	}
-	p.lock = lock
-
-	if p.gpus = deps.GPUs; p.gpus == nil {
-		if p.gpus, err = gpu.ParseSource(cfg.DeviceSource); err != nil {
-			return nil, fmt.Errorf("open GPU source %q: %w", cfg.DeviceSource, err)
-		}
-		p.ownsGPUs = true
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create state dir %s: %w", cfg.StateDir, err)
+	}
+	if p.gpus, p.ownsGPUs, err = openGPUs(cfg, deps.GPUs); err != nil {
+		return nil, err
 	}
 	devices, err := p.gpus.Devices(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list GPUs: %w", err)
 	}
 	logger.Info("GPU inventory", "source", cfg.DeviceSource, "gpus", len(devices))
-
-	kube := deps.KubeClient
-	if kube == nil {
-		if kube, err = newKubeClient(cfg); err != nil {
+	if p.store, err = checkpoint.Open(cfg.CheckpointPath()); err != nil {
+		return nil, err
+	}
+	if cfg.NRI {
+		p.nri = newNRISide(cfg, layout, checkpointClaims{store: p.store, kube: deps.KubeClient}, p.metrics)
+	}
+	bootID := deps.BootID
+	if bootID == "" {
+		bootID = readBootID()
+	}
+	if p.driver, err = newDriver(ctx, cfg, layout, driverParts{
+		devices: devices, store: p.store, metrics: p.metrics, paths: p.claimPaths(),
+		simulated: isSimulated(p.gpus), bootID: bootID,
+	}); err != nil {
+		return nil, err
+	}
+	if err := p.driver.Recover(ctx); err != nil {
+		return nil, fmt.Errorf("recover prepared claims from %s: %w", cfg.CheckpointPath(), err)
+	}
+	if p.nri != nil {
+		if err := p.nri.start(ctx, cfg.DebugSocketPath(), p.health); err != nil {
 			return nil, err
 		}
 	}
-
-	p.kube = kube
-	d, err := p.newDriver(ctx, devices, deps.BootID)
-	if err != nil {
+	if p.registry, err = startRegistry(ctx, layout, registryTargets(p.nri, p.store, layout), p.metrics); err != nil {
 		return nil, err
 	}
-	p.driver = d
-	// The registry serves before NRI connects: until the first Synchronize it answers RETRY
-	// (the readiness gate), never a wrong directory.
-	if err := p.startRegistry(ctx, p.store); err != nil {
+	p.health.Add("registry-socket", p.registry.Check)
+	if p.helper, err = startKubeletServices(ctx, cfg, p.driver, deps.KubeClient, p.health); err != nil {
 		return nil, err
 	}
-	// NRI connects once the checkpoint is loaded and recovered, before the kubelet can call.
-	if err := p.startNRI(ctx); err != nil {
+	p.driver.Start(ctx, p.helper, p.healthEvents(ctx))
+	if p.healthAddr, err = p.health.Serve(ctx, cfg.HealthAddress); err != nil {
 		return nil, err
 	}
-
-	watch := &registrationWatch{}
-	helper, err := kubeletplugin.Start(ctx, d,
-		kubeletplugin.DriverName(cfg.DriverName),
-		kubeletplugin.NodeName(cfg.NodeName),
-		kubeletplugin.KubeClient(kube),
-		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir()),
-		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir()),
-		// Serialize(false): the driver locks per claim (see driver/claimlocks.go).
-		kubeletplugin.Serialize(false),
-		kubeletplugin.GRPCInterceptor(watch.interceptor),
-		kubeletplugin.HealthService(cfg.HealthCheck),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("start kubelet plugin services: %w", err)
-	}
-	p.helper = helper
-
-	var events chan gpu.HealthEvent
-	if cfg.HealthCheck {
-		events = make(chan gpu.HealthEvent, 16)
-		go func() {
-			if err := p.gpus.WatchHealth(ctx, events); err != nil {
-				logger.Error(err, "GPU health watch ended")
-			}
-		}()
-	}
-	d.Start(ctx, helper, events)
-
-	p.health.Add("kubelet-registration", watch.check(cfg.RegistrarSocket()))
-	p.health.Add("dra-socket", draSocketCheck(cfg.DRASocket()))
-	if cfg.HealthAddress != "" {
-		if p.healthAddr, err = p.health.Serve(ctx, cfg.HealthAddress); err != nil {
-			return nil, err
-		}
-	}
-	if err := p.metrics.Serve(ctx, cfg.MetricsAddress); err != nil {
+	if p.metricsAddr, err = component.ServeMetrics(ctx, cfg.MetricsAddress, p.metrics.Registry); err != nil {
 		return nil, err
 	}
-	go func() {
-		<-ctx.Done()
-		close(p.done)
-	}()
 	logger.Info("Kubelet plugin started", "driver", cfg.DriverName, "node", cfg.NodeName, "vgpu", cfg.VGPU, "nri", cfg.NRI)
 	return p, nil
 }
 
-func (p *Plugin) newDriver(ctx context.Context, devices []gpu.Device, bootID string) (*driver.Driver, error) {
-	cfg := p.cfg
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create state dir %s: %w", cfg.StateDir, err)
+// openGPUs returns the GPU source: the one given, or the one --device-source names (which the
+// plugin then owns and closes).
+func openGPUs(cfg Config, given gpu.Source) (gpu.Source, bool, error) {
+	if given != nil {
+		return given, false, nil
 	}
-	store, err := checkpoint.Open(cfg.CheckpointPath())
+	src, err := gpu.ParseSource(cfg.DeviceSource)
 	if err != nil {
-		return nil, err
+		return nil, false, fmt.Errorf("open GPU source %q: %w", cfg.DeviceSource, err)
 	}
-	p.store = store
-	dirs := claimdir.Layout{StateDir: cfg.StateDir}
-	libraryInstalled := false
-	if cfg.VGPU {
-		if libraryInstalled, err = installLibrary(klog.FromContext(ctx), cfg.LibrarySource, dirs); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.VGPU && !libraryInstalled {
-		klog.FromContext(ctx).Info("libvgpu.so is not installed in the state dir: containers get limits in their env but nothing enforces them",
-			"library", dirs.LibraryPath(), "preload", dirs.PreloadPath())
-	}
-	writer, err := cdi.NewWriter(cdi.Options{
-		DriverName: cfg.DriverName, SpecDir: cfg.CDIDir,
-		RegistryDir: dirs.RegistryDir(), LibraryPath: dirs.LibraryPath(), PreloadPath: dirs.PreloadPath(),
-		LibraryInstalled: libraryInstalled, VGPU: cfg.VGPU,
-		GPUInjection: cfg.GPUInjection, GPUCDIKind: cfg.GPUCDIKind,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if bootID == "" {
-		bootID = readBootID()
-	}
-	// Simulated GPUs carry made-up PCI addresses that may name a real device of this host
-	// (0000:00:00.0 is the host bridge): only real GPUs get a pcieRoot from sysfs.
-	var pcieRoot func(string) (deviceattribute.DeviceAttribute, error)
-	if _, simulated := p.gpus.(*gpu.Simulated); !simulated {
-		pcieRoot = func(busID string) (deviceattribute.DeviceAttribute, error) {
-			return deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
-		}
-	}
-	d, err := driver.New(driver.Config{
-		DriverName: cfg.DriverName, NodeName: cfg.NodeName, MemoryReserve: cfg.MemoryReserve,
-		VGPU: cfg.VGPU, BootID: bootID,
-	}, driver.Deps{
-		Devices: devices, Checkpoint: store, CDI: writer, Dirs: dirs, Metrics: p.metrics,
-		Paths: p.claimPaths(store, dirs), PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := d.Recover(ctx); err != nil {
-		return nil, fmt.Errorf("recover prepared claims from %s: %w", cfg.CheckpointPath(), err)
-	}
-	return d, nil
+	return src, true, nil
 }
 
-// Stop ends every goroutine and server, then releases the instance lock. Safe to call twice.
+// isSimulated: simulated GPUs carry made-up PCI addresses that may name a real device of this
+// host (0000:00:00.0 is the host bridge), so they get no pcieRoot from sysfs.
+func isSimulated(src gpu.Source) bool {
+	_, simulated := src.(*gpu.Simulated)
+	return simulated
+}
+
+// claimPaths decides the path of newly prepared claims: NRI's supervisor when NRI is on
+// (contract §3), else always per-claim.
+func (p *Plugin) claimPaths() driver.PathSelector {
+	if p.nri == nil {
+		return driver.StaticPath(perClaimPath)
+	}
+	return p.nri.supervisor
+}
+
+// healthEvents starts the GPU health watch when DeviceHealthCheck is on; nil otherwise.
+func (p *Plugin) healthEvents(ctx context.Context) <-chan gpu.HealthEvent {
+	if !p.cfg.HealthCheck {
+		return nil
+	}
+	events := make(chan gpu.HealthEvent, 16)
+	src := p.gpus // Stop clears p.gpus
+	go func() {
+		if err := src.WatchHealth(ctx, events); err != nil {
+			klog.FromContext(ctx).Error(err, "GPU health watch ended")
+		}
+	}()
+	return events
+}
+
+// Stop ends every goroutine and server, then releases the instance lock. Safe to call twice,
+// and on a plugin that Start left half-built.
 func (p *Plugin) Stop() {
 	p.cancel(errors.New("plugin stopping"))
 	if p.helper != nil {
@@ -245,7 +220,7 @@ func (p *Plugin) Done() <-chan struct{} { return p.done }
 // Driver exposes the driver (tests, debug).
 func (p *Plugin) Driver() *driver.Driver { return p.driver }
 
-// Metrics exposes the metrics registry (tests).
+// Metrics exposes the metrics (tests).
 func (p *Plugin) Metrics() *metrics.Metrics { return p.metrics }
 
 // Health exposes the health checks (tests).
@@ -254,27 +229,8 @@ func (p *Plugin) Health() *health.Server { return p.health }
 // HealthAddr is the bound health address, nil when disabled.
 func (p *Plugin) HealthAddr() net.Addr { return p.healthAddr }
 
-func newKubeClient(cfg Config) (kubernetes.Interface, error) {
-	var rc *rest.Config
-	var err error
-	if cfg.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("build Kubernetes client config: %w", err)
-	}
-	// The helper GETs every claim before the driver sees it; client-go's default 5 QPS would
-	// turn a burst of pods into seconds of waiting (performance.md).
-	rc.QPS, rc.Burst = cfg.KubeAPIQPS, cfg.KubeAPIBurst
-	rc.UserAgent = "vgpu-kubelet-plugin/" + cfg.NodeName
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("create Kubernetes client: %w", err)
-	}
-	return cs, nil
-}
+// MetricsAddr is the bound metrics address, nil when disabled.
+func (p *Plugin) MetricsAddr() net.Addr { return p.metricsAddr }
 
 func readBootID() string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
@@ -282,9 +238,4 @@ func readBootID() string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
-}
-
-func fileExists(path string) bool {
-	st, err := os.Stat(path)
-	return err == nil && st.Mode().IsRegular()
 }

@@ -6,35 +6,44 @@ import (
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
 	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
 )
 
-// startRegistry serves the registry socket: NRI-path registrations resolve through the NRI
-// cache (nil when NRI is off: such requests are NOT_FOUND), per-claim registrations through
-// the checkpoint. Its socket answering is part of liveness.
-func (p *Plugin) startRegistry(ctx context.Context, store *checkpoint.Store) error {
-	layout := claimdir.Layout{StateDir: p.cfg.StateDir}
+// targets are what the registry resolves registrations through (nil members answer NOT_FOUND).
+type targets struct {
+	containers registry.ContainerResolver
+	claims     registry.ClaimResolver
+}
+
+// registryTargets resolves NRI-path registrations through the NRI cache (none when NRI is off)
+// and per-claim ones through the checkpoint.
+func registryTargets(n *nriSide, store *checkpoint.Store, layout claimdir.Layout) targets {
+	t := targets{claims: PerClaimTargets(store, layout)}
+	if n != nil {
+		t.containers = nriTargets{cache: n.plugin.Cache()}
+	}
+	return t
+}
+
+// startRegistry serves the registry socket (contract §5).
+func startRegistry(ctx context.Context, layout claimdir.Layout, t targets, m *metrics.Metrics) (*registry.Server, error) {
 	cgroups, err := registry.DetectCgroupHierarchy("/proc")
 	if err != nil {
-		return fmt.Errorf("find the cgroup hierarchy for registry peer checks: %w", err)
+		return nil, fmt.Errorf("find the cgroup hierarchy for registry peer checks: %w", err)
 	}
-	var containers registry.ContainerResolver
-	if p.nriCache != nil {
-		containers = nriTargets{cache: p.nriCache, v1Pids: cgroups.V1Pids}
+	if c, ok := t.containers.(nriTargets); ok {
+		c.v1Pids = cgroups.V1Pids
+		t.containers = c
 	}
-	p.registry, err = registry.Start(ctx, registry.Config{Socket: layout.RegistrySocket()}, registry.Deps{
-		Containers: containers,
-		Claims:     registry.CheckpointClaims{Store: store, Layout: layout},
+	return registry.Start(ctx, registry.Config{Socket: layout.RegistrySocket()}, registry.Deps{
+		Containers: t.containers,
+		Claims:     t.claims,
 		Cgroups:    &cgroups,
-		Metrics:    metrics.NewRegistryMetrics(p.metrics.Registry),
+		Metrics:    metrics.NewRegistryMetrics(m.Registry),
 	})
-	if err != nil {
-		return err
-	}
-	p.health.Add("registry-socket", p.registry.Check)
-	return nil
 }
 
 // nriTargets adapts the NRI cache to the registry's ContainerResolver. The cgroup handed over is
@@ -60,4 +69,38 @@ func (a nriTargets) Container(podUID, name string) (registry.Container, bool) {
 		}
 	}
 	return c, true
+}
+
+// perClaimTargets adapts the checkpoint to the registry's ClaimResolver: the checkpoint is the
+// record of which claims took the per-claim path, their register UUIDs and their reservedFor
+// pods. Only completed preparations resolve: a container cannot run before Prepare has answered
+// the kubelet.
+type perClaimTargets struct {
+	store  *checkpoint.Store
+	layout claimdir.Layout
+}
+
+// PerClaimTargets is the registry's ClaimResolver over the checkpoint (exported for the
+// integration suite, which runs the registry on its own).
+func PerClaimTargets(store *checkpoint.Store, layout claimdir.Layout) registry.ClaimResolver {
+	return perClaimTargets{store: store, layout: layout}
+}
+
+// ClaimByRegisterUUID scans the prepared claims without copying them; the checkpoint keeps no
+// index by UUID, a node holds few claims, and registrations are rare (one per process start).
+func (a perClaimTargets) ClaimByRegisterUUID(uuid string) (registry.Claim, bool) {
+	if uuid == "" {
+		return registry.Claim{}, false
+	}
+	uid, cl, ok := a.store.Find(func(_ string, c *checkpoint.Claim) bool {
+		return c.RegisterUUID == uuid && c.Path == contract.PathPerClaim && c.State == checkpoint.PrepareCompleted
+	})
+	if !ok {
+		return registry.Claim{}, false
+	}
+	dirs, err := a.layout.PerClaimDirs(uid)
+	if err != nil {
+		return registry.Claim{}, false
+	}
+	return registry.Claim{UID: uid, ReservedFor: cl.ReservedFor, ConfigDir: dirs.Config}, true
 }

@@ -41,8 +41,8 @@ type Claim struct {
 	ConfigDir string
 }
 
-// ClaimResolver answers "which claim is this?" for the per-claim path. CheckpointClaims
-// adapts the checkpoint to it.
+// ClaimResolver answers "which claim is this?" for the per-claim path. The kubelet plugin
+// adapts its checkpoint to it (pkg/plugin).
 type ClaimResolver interface {
 	// ClaimByRegisterUUID returns the claim prepared on the per-claim path whose register
 	// UUID is uuid.

@@ -64,7 +64,7 @@ func newNode(t testing.TB, mutate ...func(*plugin.Config)) *node {
 			NodeName: nodeName, DriverName: driverName,
 			StateDir: filepath.Join(root, "state"), KubeletDir: filepath.Join(root, "kubelet"),
 			CDIDir: filepath.Join(root, "cdi"), DeviceSource: "simulated:dgx-h200:2",
-			GPUInjection: cdi.InjectionNone, KubeAPIQPS: 50, KubeAPIBurst: 100,
+			GPUInjection: cdi.InjectionNone,
 			VGPU: true, NRI: true, HealthCheck: true,
 		},
 	}

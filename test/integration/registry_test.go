@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/health"
+	"github.com/vgpu-dra/vgpu-dra/pkg/plugin"
 	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
 	rt "github.com/vgpu-dra/vgpu-dra/pkg/registry/registrytest"
 )
@@ -62,7 +63,7 @@ func startRegistryNode(t *testing.T, h registry.CgroupHierarchy) *registryNode {
 	}
 	n := &registryNode{layout: layout, store: store, ctrs: &layoutContainers{layout: layout, synced: true, byKey: map[string]registry.Container{}}}
 	n.server, err = registry.Start(context.Background(), registry.Config{Socket: layout.RegistrySocket()}, registry.Deps{
-		Containers: n.ctrs, Claims: registry.CheckpointClaims{Store: store, Layout: layout}, Cgroups: &h,
+		Containers: n.ctrs, Claims: plugin.PerClaimTargets(store, layout), Cgroups: &h,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,74 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/klog/v2"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
+	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
+	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
+	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
+	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+)
+
+// perClaimPath is the path of every claim when NRI is off.
+const perClaimPath = contract.PathPerClaim
+
+// driverParts are what the driver is built from, made by the steps before it.
+type driverParts struct {
+	devices   []gpu.Device
+	store     *checkpoint.Store
+	metrics   *metrics.Metrics
+	paths     driver.PathSelector
+	simulated bool
+	bootID    string
+}
+
+// newDriver installs libvgpu.so into the state dir (VGPUSupport), builds the CDI writer and
+// returns the driver over the checkpoint. It does not recover: Start calls Recover next.
+func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts driverParts) (*driver.Driver, error) {
+	logger := klog.FromContext(ctx)
+	libraryInstalled := false
+	if cfg.VGPU {
+		var err error
+		if libraryInstalled, err = installLibrary(logger, cfg.LibrarySource, layout); err != nil {
+			return nil, err
+		}
+		if !libraryInstalled {
+			logger.Info("libvgpu.so is not installed in the state dir: containers get limits in their env but nothing enforces them",
+				"library", layout.LibraryPath(), "preload", layout.PreloadPath())
+		}
+	}
+	writer, err := cdi.NewWriter(cdi.Options{
+		DriverName: cfg.DriverName, SpecDir: cfg.CDIDir,
+		RegistryDir: layout.RegistryDir(), LibraryPath: layout.LibraryPath(), PreloadPath: layout.PreloadPath(),
+		LibraryInstalled: libraryInstalled, VGPU: cfg.VGPU,
+		GPUInjection: cfg.GPUInjection, GPUCDIKind: cfg.GPUCDIKind,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var pcieRoot func(string) (deviceattribute.DeviceAttribute, error)
+	if !parts.simulated {
+		pcieRoot = func(busID string) (deviceattribute.DeviceAttribute, error) {
+			return deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
+		}
+	}
+	d, err := driver.New(driver.Config{
+		DriverName: cfg.DriverName, NodeName: cfg.NodeName, MemoryReserve: cfg.MemoryReserve,
+		VGPU: cfg.VGPU, BootID: parts.bootID,
+	}, driver.Deps{
+		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
+		Paths: parts.paths, PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build the driver: %w", err)
+	}
+	return d, nil
+}

@@ -65,7 +65,7 @@ func newNode(t testing.TB, mutate ...func(*plugin.Config)) *node {
 			StateDir: filepath.Join(root, "state"), KubeletDir: filepath.Join(root, "kubelet"),
 			CDIDir: filepath.Join(root, "cdi"), DeviceSource: "simulated:dgx-h200:2",
 			GPUInjection: cdi.InjectionNone,
-			VGPU: true, NRI: true, HealthCheck: true,
+			VGPU:         true, NRI: true, HealthCheck: true,
 		},
 	}
 	n.cfg.NRISocket = filepath.Join(root, "nri.sock")

@@ -4,8 +4,8 @@
 #      `kubectl exec` into it works; from inside, the kubernetes service VIP reaches the API
 #      server (kube-proxy), as the plugin's in-cluster client will;
 #   2. a hostNetwork pod becomes Running;
-#   3. a container carrying the required-plugins annotation (contract.md §1) is refused by
-#      containerd's NRI default validator while no such NRI plugin is connected.
+#   3. a container carrying the required-plugins annotation (docs/design/contract.md §1) is
+#      refused by containerd's NRI default validator while no such NRI plugin is connected.
 # Prints how long each pod took to become Running. Deletes its pods on exit.
 set -euo pipefail
 
@@ -15,7 +15,7 @@ HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "${HACK_DIR}/lib/cluster.sh"
 
 readonly NAMESPACE=vgd-smoke
-# Default: the driver name of contract.md §1; any absent plugin name proves the same.
+# Default: the driver name of docs/design/contract.md §1; any absent plugin name proves the same.
 readonly REQUIRED_PLUGIN="${REQUIRED_PLUGIN:-vgpu.dra.dev}"
 
 kubectl_admin() { "${CLUSTER_BIN}/kubectl" --kubeconfig "${KUBECONFIG_ADMIN}" "$@"; }

@@ -8,7 +8,7 @@
 # first. Any failure tears down what was started (hack/cluster-down.sh does the same on demand).
 #
 # Binaries: hack/build-cluster-bins.sh (make cluster-bins). Images: hack/images.sh.
-# Measured facts and pitfalls: /work/shared/notes/local-cluster.md; usage: hack/README.md.
+# Usage, and the measured facts and pitfalls of these machines: hack/README.md.
 set -euo pipefail
 
 export LOG_NAME=cluster-up

@@ -2,7 +2,8 @@
 # Shared by the local cluster scripts (cluster-up.sh, cluster-down.sh, cluster-check-clean.sh,
 # images.sh): the one place that knows the cluster's paths, ports and names. Sourced, not run.
 #
-# Measured facts and pitfalls behind these choices: /work/shared/notes/local-cluster.md.
+# Measured facts and pitfalls behind these choices: hack/README.md, "Facts of this project's
+# machines".
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 readonly REPO_ROOT

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Configuration files of the local cluster's node components. Sourced by cluster-up.sh after
-# lib/cluster.sh. Pitfalls referenced here: /work/shared/notes/local-cluster.md.
+# lib/cluster.sh. Pitfalls referenced here: hack/README.md, "Facts of this project's machines".
 
 # write_containerd_config: containerd 2.4 (config version 4) with CRI, NRI and CDI.
 write_containerd_config() {

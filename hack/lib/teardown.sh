@@ -4,7 +4,7 @@
 # lib/cluster.sh. Every step is idempotent and tolerates a half-started cluster.
 #
 # What the kubelet and its runtime change on this VM, and therefore what is undone here, is listed
-# under "Pitfalls" in /work/shared/notes/local-cluster.md.
+# in hack/README.md, "Facts of this project's machines", under "Pitfalls that cost hours".
 
 ctr_k8s() { "${CLUSTER_BIN}/ctr" -a "${CONTAINERD_SOCKET}" -n k8s.io "$@"; }
 

@@ -45,10 +45,15 @@ test-library-asan:
 	cmake --build $(LIBRARY_ASAN_BUILD) -j2
 	ctest --test-dir $(LIBRARY_ASAN_BUILD) --output-on-failure
 
-## lint: gofmt and go vet.
+## lint: gofmt, go vet, go.mod/go.sum tidy (product and hack/tools), README package map up to date.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(GO_PACKAGES)
+	hack/check-readme-layout.sh
+	@for m in . hack/tools; do \
+	  if ! out=$$(cd $$m && GOFLAGS= $(GO) mod tidy -diff 2>&1); then \
+	    echo "go.mod/go.sum in $$m are not tidy (run: cd $$m && go mod tidy):"; echo "$$out"; exit 1; fi; \
+	done
 
 ## fuzz: bounded fuzzing of the registry frame parser (the corpus of new findings stays in
 ## Go's fuzz cache on the machine; crashers are written to pkg/registry/testdata/fuzz).

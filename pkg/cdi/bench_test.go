@@ -6,7 +6,7 @@ import (
 )
 
 // The CDI cache with auto-refresh rescans the whole spec directory on every write or removal
-// (shared/notes/performance.md). These benchmarks show that a Writer's cost per spec does not
+// (docs/performance.md). These benchmarks show that a Writer's cost per spec does not
 // grow with the number of specs already in the directory: compare existing=0 with existing=1000.
 //
 //	go test -run '^$' -bench . -benchtime 200x ./pkg/cdi/

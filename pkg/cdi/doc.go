@@ -1,5 +1,5 @@
 // Package cdi builds and writes the per-claim transient CDI spec of contract §3
-// (shared/design/contract.md): one spec file per prepared claim, kind "<driver>/claim", with one
+// (docs/design/contract.md): one spec file per prepared claim, kind "<driver>/claim", with one
 // CDI device per allocation result (the GPU's UUID and limits) and one claim-common device
 // (identity env, neutralised image env, and the library, registry and per-claim bind mounts).
 //
@@ -9,6 +9,6 @@
 //
 // Why no CDI cache: the library's Cache with auto-refresh re-reads and parses every spec in the
 // directory on each write or removal, which turns a burst of n claims into O(n²) work
-// (shared/notes/performance.md). A Writer only writes and removes its own files; each operation
+// (docs/performance.md). A Writer only writes and removes its own files; each operation
 // touches one file and is O(1) in the number of specs in the directory.
 package cdi

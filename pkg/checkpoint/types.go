@@ -6,8 +6,8 @@ import (
 
 // State is where a claim stands in Prepare's state machine. A claim is recorded as
 // PrepareStarted before any host resource is created for it and becomes PrepareCompleted
-// once everything is in place, so a crash in between leaves a record that the next Prepare
-// or the cleanup loop finishes or rolls back.
+// once everything is in place, so a crash in between leaves a record that start-up recovery
+// rolls back (the kubelet then prepares the claim again from scratch).
 type State string
 
 const (

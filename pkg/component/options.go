@@ -70,9 +70,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	logsapi.AddFlags(o.Logging, fs)
 }
 
-// Complete checks the shared flags (every problem at once) and applies the logging
-// configuration. Call it once, after parsing.
-func (o *Options) Complete() error {
+// Validate checks the shared flags and reports every problem at once.
+func (o *Options) Validate() error {
 	var errs []error
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
 		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
@@ -80,10 +79,22 @@ func (o *Options) Complete() error {
 	if err := featuregates.Validate(o.Gates); err != nil {
 		errs = append(errs, err)
 	}
-	if err := logsapi.ValidateAndApply(o.Logging, o.Gates); err != nil {
+	if err := logsapi.Validate(o.Logging, o.Gates, nil).ToAggregate(); err != nil {
 		errs = append(errs, fmt.Errorf("logging flags: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// Complete validates the shared flags and applies the logging configuration, which a process
+// can do only once. Call it once, after parsing.
+func (o *Options) Complete() error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if err := logsapi.ValidateAndApply(o.Logging, o.Gates); err != nil {
+		return fmt.Errorf("logging flags: %w", err)
+	}
+	return nil
 }
 
 // HealthAddress is ":<port>", or "" when the health endpoint is disabled.

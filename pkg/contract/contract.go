@@ -1,6 +1,6 @@
 // Package contract holds every name that crosses a process or language boundary: environment
 // variables, container paths, annotations, default host paths and metric-visible strings.
-// It is the code twin of shared/design/contract.md; change both together, with a test on each
+// It is the code twin of docs/design/contract.md; change both together, with a test on each
 // side of the boundary. Host paths that depend on flags are built by pkg/claimdir.
 package contract
 

@@ -215,11 +215,6 @@ func (d *Driver) publish(ctx context.Context) error {
 	return nil
 }
 
-// Resources returns what the driver publishes (for tests and the debug endpoint).
-func (d *Driver) Resources(ctx context.Context) resourceslice.DriverResources {
-	return d.buildResources(klog.FromContext(ctx))
-}
-
 // HandleError implements kubeletplugin.DRAPlugin. Background errors (ResourceSlice publishing)
 // are logged; none of them is fixed by restarting the process, so none is fatal. Invalid slices
 // and dropped fields are logged as errors because retrying will not resolve them.

@@ -1,5 +1,6 @@
 // Package fsutil holds small file-system primitives that several packages share: today the
-// crash-safe replacement of a file (checkpoint, CDI specs, the installed library).
+// crash-safe replacement of a file (the checkpoint, the installed library; CDI specs use their own
+// variant that has the CDI library validate the temporary file before the rename).
 package fsutil
 
 import (

@@ -217,14 +217,8 @@ func (p *Plugin) Stop() {
 // Done is closed when the plugin's context ends.
 func (p *Plugin) Done() <-chan struct{} { return p.done }
 
-// Driver exposes the driver (tests, debug).
-func (p *Plugin) Driver() *driver.Driver { return p.driver }
-
 // Metrics exposes the metrics (tests).
 func (p *Plugin) Metrics() *metrics.Metrics { return p.metrics }
-
-// Health exposes the health checks (tests).
-func (p *Plugin) Health() *health.Server { return p.health }
 
 // HealthAddr is the bound health address, nil when disabled.
 func (p *Plugin) HealthAddr() net.Addr { return p.healthAddr }

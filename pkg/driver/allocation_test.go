@@ -1,0 +1,210 @@
+package driver
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
+	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+)
+
+const (
+	gib      = int64(1) << 30
+	uuidGPU0 = "GPU-00000000-0000-0000-0000-000000000000"
+	uuidGPU1 = "GPU-11111111-1111-1111-1111-111111111111"
+	shareA   = "5f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+)
+
+// allocationDriver is a driver over two 80 GiB GPUs of node "node-1", 1 GiB kept back on each.
+func allocationDriver(vgpu bool) *Driver {
+	devs := []gpu.Device{{Index: 0, UUID: uuidGPU0, MemoryBytes: uint64(80 * gib)}, {Index: 1, UUID: uuidGPU1, MemoryBytes: uint64(80 * gib)}}
+	d := &Driver{
+		cfg:     Config{DriverName: contract.DefaultDriverName, NodeName: "node-1", MemoryReserve: gib, VGPU: vgpu},
+		devices: devs, byName: map[string]gpu.Device{}, health: newDeviceHealth(),
+	}
+	for _, g := range devs {
+		d.byName[DeviceName(g.Index)] = g
+	}
+	return d
+}
+
+// result is one allocation result of our driver on node-1 with the given consumed capacity
+// ("" leaves a capacity out).
+func result(request, device, memory, cores string) resourceapi.DeviceRequestAllocationResult {
+	r := resourceapi.DeviceRequestAllocationResult{
+		Request: request, Driver: contract.DefaultDriverName, Pool: "node-1", Device: device,
+		ShareID: ptr.To(types.UID(shareA)), ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{},
+	}
+	if memory != "" {
+		r.ConsumedCapacity[contract.CapacityMemory] = resource.MustParse(memory)
+	}
+	if cores != "" {
+		r.ConsumedCapacity[contract.CapacityCores] = resource.MustParse(cores)
+	}
+	return r
+}
+
+func allocatedClaim(results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "c"},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Results: results},
+		}},
+	}
+}
+
+// TestDevicesOf maps allocation results to what the checkpoint records, and refuses, with the
+// metric reason and a message naming the device, what this node cannot serve.
+func TestDevicesOf(t *testing.T) {
+	other := result("nic", "eth0", "", "")
+	other.Driver, other.Pool = "net.example.com", "elsewhere"
+	foreignPool := result("gpu", "gpu-0", "", "")
+	foreignPool.Pool = "node-2"
+	tests := []struct {
+		name       string
+		vgpu       bool
+		claim      *resourceapi.ResourceClaim
+		unhealthy  string // GPU UUID to mark unhealthy first
+		want       []checkpoint.Device
+		wantReason string
+		wantText   string
+	}{
+		{name: "sized share: memory in bytes, cores in percent", vgpu: true,
+			claim: allocatedClaim(result("gpu", "gpu-1", "10Gi", "30")),
+			want:  []checkpoint.Device{{Request: "gpu", Pool: "node-1", Device: "gpu-1", ShareID: shareA, GPUUUID: uuidGPU1, Index: 1, MemoryBytes: 10 * gib, Cores: 30}}},
+		{name: "unsized request: whole GPU, recorded as 0 (unlimited)", vgpu: true,
+			claim: allocatedClaim(result("gpu", "gpu-0", "", "")),
+			want:  []checkpoint.Device{{Request: "gpu", Pool: "node-1", Device: "gpu-0", ShareID: shareA, GPUUUID: uuidGPU0}}},
+		{name: "all of the published memory and 100 cores are unlimited", vgpu: true,
+			claim: allocatedClaim(result("gpu", "gpu-0", "79Gi", "100")),
+			want:  []checkpoint.Device{{Request: "gpu", Pool: "node-1", Device: "gpu-0", ShareID: shareA, GPUUUID: uuidGPU0}}},
+		{name: "VGPUSupport off: capacity ignored", vgpu: false,
+			claim: allocatedClaim(result("gpu", "gpu-0", "10Gi", "30")),
+			want:  []checkpoint.Device{{Request: "gpu", Pool: "node-1", Device: "gpu-0", ShareID: shareA, GPUUUID: uuidGPU0}}},
+		{name: "sub-request names are kept", vgpu: true,
+			claim: allocatedClaim(result("gpu/small", "gpu-0", "1Gi", "")),
+			want:  []checkpoint.Device{{Request: "gpu/small", Pool: "node-1", Device: "gpu-0", ShareID: shareA, GPUUUID: uuidGPU0, MemoryBytes: gib}}},
+		{name: "another driver's results are skipped", vgpu: true,
+			claim: allocatedClaim(other, result("gpu", "gpu-0", "1Gi", "")),
+			want:  []checkpoint.Device{{Request: "gpu", Pool: "node-1", Device: "gpu-0", ShareID: shareA, GPUUUID: uuidGPU0, MemoryBytes: gib}}},
+		{name: "only another driver's results: nothing", vgpu: true, claim: allocatedClaim(other)},
+		{name: "not allocated", vgpu: true, claim: &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "c"}},
+			wantReason: metrics.ReasonInvalidClaim, wantText: "not allocated"},
+		{name: "another node's pool", vgpu: true, claim: allocatedClaim(foreignPool),
+			wantReason: metrics.ReasonInvalidClaim, wantText: "pool node-2 is not on this node"},
+		{name: "unknown device", vgpu: true, claim: allocatedClaim(result("gpu", "gpu-9", "", "")),
+			wantReason: metrics.ReasonInvalidClaim, wantText: "gpu-9 is not a GPU of node node-1"},
+		{name: "unhealthy GPU", vgpu: true, claim: allocatedClaim(result("gpu", "gpu-1", "1Gi", "")), unhealthy: uuidGPU1,
+			wantReason: metrics.ReasonUnhealthyDevice, wantText: "gpu-1 (" + uuidGPU1 + ") is unhealthy: XID 79"},
+		{name: "memory not a multiple of 1Mi", vgpu: true, claim: allocatedClaim(result("gpu", "gpu-0", "1000001", "")),
+			wantReason: metrics.ReasonInvalidClaim, wantText: "not a multiple of 1Mi"},
+		{name: "fractional memory", vgpu: true, claim: allocatedClaim(result("gpu", "gpu-0", "0.5", "")),
+			wantReason: metrics.ReasonInvalidClaim, wantText: "not a positive whole number of bytes"},
+		{name: "zero cores", vgpu: true, claim: allocatedClaim(result("gpu", "gpu-0", "", "0")),
+			wantReason: metrics.ReasonInvalidClaim, wantText: "not a whole number in 1–100"},
+		{name: "cores over 100", vgpu: true, claim: allocatedClaim(result("gpu", "gpu-0", "", "101")),
+			wantReason: metrics.ReasonInvalidClaim, wantText: "not a whole number in 1–100"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := allocationDriver(tt.vgpu)
+			if tt.unhealthy != "" {
+				d.health.set(gpu.HealthEvent{UUID: tt.unhealthy, Reason: "XID 79"}, time.Now())
+			}
+			got, err := d.devicesOf(tt.claim)
+			if tt.wantReason != "" {
+				var pe *prepareError
+				if !errors.As(err, &pe) || pe.reason != tt.wantReason || !strings.Contains(err.Error(), tt.wantText) || !strings.Contains(err.Error(), "team/c") {
+					t.Fatalf("err = %v, want reason %s naming team/c and %q", err, tt.wantReason, tt.wantText)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("devices = %+v, want %+v", got, tt.want)
+			}
+			for i := range got {
+				if got[i].Request != tt.want[i].Request || got[i].Device != tt.want[i].Device || got[i].GPUUUID != tt.want[i].GPUUUID ||
+					got[i].Index != tt.want[i].Index || got[i].ShareID != tt.want[i].ShareID ||
+					got[i].MemoryBytes != tt.want[i].MemoryBytes || got[i].Cores != tt.want[i].Cores || got[i].Pool != tt.want[i].Pool {
+					t.Errorf("device %d = %+v, want %+v", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestCheckCapacity: the last line of defence adds every prepared claim's share of a GPU (an
+// unlimited one counts as the whole GPU) and refuses the claim that would go past it.
+func TestCheckCapacity(t *testing.T) {
+	const self, other1, other2 = "self", "other-1", "other-2"
+	dev := func(device, uuid string, mem, cores int64) checkpoint.Device {
+		return checkpoint.Device{Device: device, GPUUUID: uuid, MemoryBytes: mem, Cores: cores}
+	}
+	tests := []struct {
+		name     string
+		prepared map[string][]checkpoint.Device
+		claim    []checkpoint.Device
+		wantErr  string
+	}{
+		{name: "fits exactly: 79 GiB published, 30+49 GiB", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, 30*gib, 50)}},
+			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 49*gib, 50)}},
+		{name: "memory one step over", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, 30*gib, 10)}},
+			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 49*gib+mib, 10)}, wantErr: "device gpu-0 would be overcommitted"},
+		{name: "cores over 100", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, gib, 60)}, other2: {dev("gpu-0", uuidGPU0, gib, 30)}},
+			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, gib, 11)}, wantErr: "101% cores"},
+		{name: "an unlimited claim takes the whole GPU", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, 0, 0)}},
+			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, gib, 1)}, wantErr: "overcommitted"},
+		{name: "other GPU is not counted", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-1", uuidGPU1, 0, 0)}},
+			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 0, 0)}},
+		{name: "the claim's own earlier record is not counted twice", prepared: map[string][]checkpoint.Device{self: {dev("gpu-0", uuidGPU0, 0, 0)}},
+			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 0, 0)}},
+		{name: "two results of one claim on one GPU add up", claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 40*gib, 50), dev("gpu-0", uuidGPU0, 40*gib, 50)},
+			wantErr: "overcommitted"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := allocationDriver(true)
+			data := &checkpoint.Data{Claims: map[string]checkpoint.Claim{}}
+			for uid, devs := range tt.prepared {
+				data.Claims[uid] = checkpoint.Claim{Devices: devs}
+			}
+			err := d.checkCapacity(data, self, tt.claim)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var pe *prepareError
+			if !errors.As(err, &pe) || pe.reason != metrics.ReasonOvercommitted || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want %s mentioning %q", err, metrics.ReasonOvercommitted, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestOnePerGPU: the per-claim path serves one directory set per claim, so two results on one
+// GPU are refused naming both requests.
+func TestOnePerGPU(t *testing.T) {
+	ok := []checkpoint.Device{{Request: "a", Device: "gpu-0", GPUUUID: uuidGPU0}, {Request: "b", Device: "gpu-1", GPUUUID: uuidGPU1}}
+	if err := onePerGPU(ok); err != nil {
+		t.Errorf("two GPUs: %v", err)
+	}
+	bad := []checkpoint.Device{{Request: "a", Device: "gpu-0", GPUUUID: uuidGPU0}, {Request: "b", Device: "gpu-0", GPUUUID: uuidGPU0}}
+	if err := onePerGPU(bad); err == nil || !strings.Contains(err.Error(), `"a" and "b"`) {
+		t.Errorf("one GPU twice: %v, want an error naming both requests", err)
+	}
+}

@@ -18,7 +18,7 @@ func (l Layout) EnsureClaimDir(claimUID string) error {
 	if err != nil {
 		return err
 	}
-	if err := l.ensure(dirSpec{rel, modePrivate}); err != nil {
+	if err := l.ensure(l.claimSpec(rel)); err != nil {
 		return fmt.Errorf("ensure directory of claim %s: %w", claimUID, err)
 	}
 	return nil
@@ -31,7 +31,7 @@ func (l Layout) EnsurePerClaimDirs(claimUID string) (Dirs, error) {
 	if err != nil {
 		return Dirs{}, err
 	}
-	if err := l.ensure(setSpecs(rel)...); err != nil {
+	if err := l.ensure(l.setSpecs(rel)...); err != nil {
 		return Dirs{}, fmt.Errorf("ensure per-claim directories of claim %s: %w", claimUID, err)
 	}
 	return dirsAt(filepath.Join(l.ClaimsRoot(), rel)), nil
@@ -45,25 +45,32 @@ func (l Layout) EnsureContainerDirs(claimUID, podUID, containerName string) (Dir
 	if err != nil {
 		return Dirs{}, err
 	}
-	if err := l.ensure(setSpecs(rel)...); err != nil {
+	if err := l.ensure(l.setSpecs(rel)...); err != nil {
 		return Dirs{}, fmt.Errorf("ensure directories of claim %s, pod %s, container %s: %w", claimUID, podUID, containerName, err)
 	}
 	return dirsAt(filepath.Join(l.ClaimsRoot(), rel)), nil
 }
 
-// setSpecs lists a directory set at rel, with its parents, parent first.
-func setSpecs(rel string) []dirSpec {
+// setSpecs lists a directory set at rel, with its parents, parent first. The claim directory
+// (the first parent) is where the claim's tmpfs goes.
+func (l Layout) setSpecs(rel string) []dirSpec {
 	var specs []dirSpec
 	for p := filepath.Dir(rel); p != "."; p = filepath.Dir(p) {
-		specs = append(specs, dirSpec{p, modePrivate})
+		specs = append(specs, dirSpec{rel: p, mode: modePrivate})
 	}
 	slices.Reverse(specs)
+	specs[0] = l.claimSpec(specs[0].rel)
 	return append(specs,
-		dirSpec{rel, modePrivate},
-		dirSpec{filepath.Join(rel, configDirName), modeConfig},
-		dirSpec{filepath.Join(rel, vgpuLockDirName), modeShared},
-		dirSpec{filepath.Join(rel, vmemNodeDirName), modeShared},
+		dirSpec{rel: rel, mode: modePrivate},
+		dirSpec{rel: filepath.Join(rel, configDirName), mode: modeConfig},
+		dirSpec{rel: filepath.Join(rel, vgpuLockDirName), mode: modeShared},
+		dirSpec{rel: filepath.Join(rel, vmemNodeDirName), mode: modeShared},
 	)
+}
+
+// claimSpec is the claim directory at rel: private, on its own tmpfs when ClaimFSBytes is set.
+func (l Layout) claimSpec(rel string) dirSpec {
+	return dirSpec{rel: rel, mode: modePrivate, fsBytes: l.ClaimFSBytes}
 }
 
 func (l Layout) ensure(dirs ...dirSpec) error {
@@ -81,6 +88,9 @@ func (l Layout) RemoveClaim(claimUID string) error {
 	rel, err := claimRel(claimUID)
 	if err != nil {
 		return err
+	}
+	if err := l.removeClaimFS(rel); err != nil {
+		return fmt.Errorf("remove directory of claim %s: %w", claimUID, err)
 	}
 	if err := l.remove(rel); err != nil {
 		return fmt.Errorf("remove directory of claim %s: %w", claimUID, err)

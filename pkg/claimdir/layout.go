@@ -47,6 +47,12 @@ const (
 // contract.DefaultStateDir). The zero value is not useful; StateDir should be absolute.
 type Layout struct {
 	StateDir string
+	// ClaimFSBytes, when positive, puts each claim's directory on a tmpfs of its own of that
+	// size (contract §4): the directories containers write into (vgpu_lock, vmem_node) then
+	// have a hard bound that a container cannot lift, and filling them harms nobody but the
+	// claim's own containers — not the node's disk, the checkpoint or another claim's Prepare.
+	// Zero keeps the claim directories on the state directory's file system, unbounded.
+	ClaimFSBytes int64
 }
 
 // Dirs is one directory set given to containers: Root holds the three directories that are

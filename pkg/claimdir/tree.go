@@ -147,19 +147,23 @@ func (t *claimsTree) ensureDirAt(parent int, d dirSpec) (int, error) {
 	if err := unix.Mkdirat(parent, name, uint32(d.mode.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
 		return -1, fmt.Errorf("create %s: %w", t.abs(d.rel), err)
 	}
-	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	switch {
-	case errors.Is(err, unix.ELOOP):
-		return -1, &UnsafePathError{Path: t.abs(d.rel), Reason: "is a symlink, expected a directory"}
-	case errors.Is(err, unix.ENOTDIR):
-		return -1, &UnsafePathError{Path: t.abs(d.rel), Reason: "is not a directory"}
-	case err != nil:
-		return -1, fmt.Errorf("open %s: %w", t.abs(d.rel), err)
+	fd, err := t.openDirAt(parent, d.rel)
+	if err != nil {
+		return -1, err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		_ = unix.Close(fd)
 		return -1, fmt.Errorf("inspect %s: %w", t.abs(d.rel), err)
+	}
+	if d.fsBytes > 0 {
+		if fd, err = t.ensureTmpfs(parent, fd, d); err != nil {
+			return -1, err
+		}
+		if err := unix.Fstat(fd, &st); err != nil {
+			_ = unix.Close(fd)
+			return -1, fmt.Errorf("inspect %s: %w", t.abs(d.rel), err)
+		}
 	}
 	want := uint32(d.mode.Perm())
 	if d.mode&os.ModeSticky != 0 {
@@ -181,10 +185,27 @@ func (t *claimsTree) ensureDirAt(parent int, d dirSpec) (int, error) {
 	return fd, nil
 }
 
-// dirSpec is a directory below the claims root and the mode it must have.
+// openDirAt opens the directory rel, a child of the directory open as parent, without following
+// a symlink.
+func (t *claimsTree) openDirAt(parent int, rel string) (int, error) {
+	fd, err := unix.Openat(parent, filepath.Base(rel), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return -1, &UnsafePathError{Path: t.abs(rel), Reason: "is a symlink, expected a directory"}
+	case errors.Is(err, unix.ENOTDIR):
+		return -1, &UnsafePathError{Path: t.abs(rel), Reason: "is not a directory"}
+	case err != nil:
+		return -1, fmt.Errorf("open %s: %w", t.abs(rel), err)
+	}
+	return fd, nil
+}
+
+// dirSpec is a directory below the claims root and the mode it must have; with fsBytes set it
+// is the root of a tmpfs of that size (mounted when it is not yet).
 type dirSpec struct {
-	rel  string
-	mode os.FileMode
+	rel     string
+	mode    os.FileMode
+	fsBytes int64
 }
 
 // fixDir makes the real directory rel have mode and this process's ownership, changing them

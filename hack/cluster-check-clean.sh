@@ -28,7 +28,7 @@ check_mounts() {
   local mp
   while read -r mp; do
     [[ -n "${mp}" ]] && problem "still mounted: ${mp}"
-  done < <(mounts_under "${RUN_DIR}" "${KUBELET_DIR}")
+  done < <(mounts_under "${RUN_DIR}" "${KUBELET_DIR}" "${PLUGIN_STATE_DIR}")
   return 0
 }
 

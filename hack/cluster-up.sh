@@ -28,7 +28,7 @@ source "${HACK_DIR}/lib/start.sh"
 # cluster-down. Shims put their sockets under /run/containerd/s whatever the state dir is; libcni
 # caches results under /var/lib/cni; the kubelet writes /var/log/pods and /var/log/containers.
 readonly HOST_DIRS_THE_CLUSTER_MAY_CREATE=("${KUBELET_DIR}" /var/log/pods /var/log/containers
-  /var/lib/cni /run/containerd "$(dirname "${NRI_SOCKET}")" "${CDI_DIRS[@]}")
+  /var/lib/cni /run/containerd "$(dirname "${NRI_SOCKET}")" "${CDI_DIRS[@]}" "${PLUGIN_STATE_DIR}")
 
 kubectl_admin() { "${CLUSTER_BIN}/kubectl" --kubeconfig "${KUBECONFIG_ADMIN}" "$@"; }
 
@@ -189,6 +189,8 @@ main() {
   write_kubelet_config "${ip}"
   write_kube_proxy_config "${ip}"
 
+  share_plugin_state_dir
+
   start_etcd
   start_apiserver "${ip}"
   start_controllers
@@ -203,6 +205,16 @@ main() {
   log "cluster up in $(format_duration $((SECONDS - start))); node ${NODE_NAME} is Ready"
   log "stop it with: make cluster-down"
   echo "export KUBECONFIG=${KUBECONFIG_ADMIN}"
+}
+
+# share_plugin_state_dir makes the plugin's state dir a shared mount, as every directory is on a
+# systemd node (where / is mounted shared): the plugin mounts a tmpfs per claim below it with
+# Bidirectional propagation, which containerd refuses on a private mount ("is not a shared
+# mount"); this machine's / is private. cluster-down unmounts it like every mount it made.
+share_plugin_state_dir() {
+  mkdir -p "${PLUGIN_STATE_DIR}"
+  mount --bind "${PLUGIN_STATE_DIR}" "${PLUGIN_STATE_DIR}"
+  mount --make-rshared "${PLUGIN_STATE_DIR}"
 }
 
 # check_prerequisites_or_leftovers tears down a crashed cluster's leftovers (its baseline still

@@ -39,6 +39,7 @@ type flags struct {
 	common        *component.Options
 	cfg           plugin.Config
 	memoryReserve string
+	claimFSSize   string
 	gpuInjection  string
 }
 
@@ -92,6 +93,8 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&c.CDIDir, "cdi-dir", contract.DefaultCDIDir, "Directory the container runtime reads CDI specs from.")
 	fs.StringVar(&c.DeviceSource, "device-source", "nvml", `Where GPUs come from: "nvml", or "simulated:<profile>[:<count>]" with profile `+strings.Join(gpu.SimulatedProfiles(), ", ")+".")
 	fs.StringVar(&f.memoryReserve, "memory-reserve", "0", "Memory per GPU kept back from what is published (driver and CUDA contexts), e.g. 1Gi.")
+	fs.StringVar(&f.claimFSSize, "claim-fs-size", resource.NewQuantity(plugin.DefaultClaimFSBytes, resource.BinarySI).String(),
+		"Size of the tmpfs each claim's directories live on: the hard bound on what a claim's containers can write into /tmp/.vgpu_lock and /tmp/.vmem_node (charged to their memory limits, never the node's disk). 0 keeps them on the state directory's file system without a bound.")
 	fs.StringVar(&f.gpuInjection, "gpu-injection", string(cdi.InjectionCDI), "How the GPU itself reaches containers: cdi (the NVIDIA Container Toolkit's CDI device), env (NVIDIA_VISIBLE_DEVICES) or none.")
 	fs.StringVar(&c.GPUCDIKind, "gpu-cdi-kind", contract.DefaultGPUCDIKind, "CDI kind of the NVIDIA Container Toolkit's per-GPU devices; empty for none (simulated GPUs).")
 	fs.StringVar(&c.NRISocket, "nri-socket", nri.DefaultSocket, "The container runtime's NRI socket (feature gate NRISupport).")
@@ -115,6 +118,10 @@ func (f *flags) config() (plugin.Config, error) {
 		return c, fmt.Errorf("--memory-reserve %q: %w", f.memoryReserve, err)
 	}
 	c.MemoryReserve = q.Value()
+	if q, err = resource.ParseQuantity(f.claimFSSize); err != nil {
+		return c, fmt.Errorf("--claim-fs-size %q: %w", f.claimFSSize, err)
+	}
+	c.ClaimFSBytes = q.Value()
 	c.GPUInjection = cdi.Injection(f.gpuInjection)
 	return c, c.Validate()
 }

@@ -15,6 +15,9 @@ readonly RUN_DIR="${VGPU_DRA_CLUSTER_DIR:-/run/vgd}"
 readonly KUBELET_DIR="/var/lib/kubelet"
 readonly NRI_SOCKET="/var/run/nri/nri.sock"
 readonly CDI_DIRS=(/etc/cdi /var/run/cdi)
+# The plugin's state dir (the chart's stateDir): the plugin mounts a tmpfs per prepared claim
+# below it, which outlives the plugin's pod.
+readonly PLUGIN_STATE_DIR="/var/lib/vgpu-dra"
 # Held with flock while a script changes the cluster, so two runs never interleave. Outside
 # RUN_DIR because cluster-down removes RUN_DIR.
 readonly LOCK_FILE="/run/lock/vgd-cluster.lock"

@@ -82,8 +82,9 @@ kill_leftover_processes() {
   done < <(cluster_processes)
 }
 
-# unmount_all unmounts everything below the run dir and the kubelet root, deepest first: pod
-# volumes (tmpfs), overlay rootfs, sandbox shm, netns bind mounts, and the kubelet root, which
+# unmount_all unmounts everything below the run dir, the kubelet root and the plugin's state dir,
+# deepest first: pod volumes (tmpfs), overlay rootfs, sandbox shm, netns bind mounts, claims'
+# tmpfs, and the kubelet root, which
 # the kubelet bind-mounts onto itself (possibly more than once after restarts, hence the rounds).
 unmount_all() {
   local round mp left
@@ -93,7 +94,7 @@ unmount_all() {
       [[ -n "${mp}" ]] || continue
       left=1
       umount "${mp}" 2>/dev/null || umount -l "${mp}" 2>/dev/null || log "cannot unmount ${mp}"
-    done < <(mounts_under "${RUN_DIR}" "${KUBELET_DIR}")
+    done < <(mounts_under "${RUN_DIR}" "${KUBELET_DIR}" "${PLUGIN_STATE_DIR}")
     (( left )) || return 0
     (( round < 5 )) && sleep 0.2
   done

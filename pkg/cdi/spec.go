@@ -3,7 +3,6 @@ package cdi
 import (
 	"slices"
 	"strconv"
-	"strings"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -59,11 +58,20 @@ func (w *Writer) resultEnv(r *Result) []string {
 		mem, cores = memLimit(r.MemoryBytes), coreLimit(r.Cores)
 	}
 	// Sorted by name.
-	return []string{
+	env := []string{
 		contract.EnvCoreLimitPfx + idx + "=" + cores,
 		contract.EnvMemLimitPfx + idx + "=" + mem,
 		contract.EnvVisibleDevicePfx + idx + "=" + r.GPUUUID,
 	}
+	// With env injection the result's own device names its GPU, so a container sees the GPUs of
+	// the requests it references and no other (on the claim-common device every container of
+	// the claim would see all of them). CDI keeps one value per variable: a container of
+	// several results gets its exact list from the NRI plugin, and the per-claim path refuses
+	// such claims (contract §3).
+	if w.opts.GPUInjection == InjectionEnv {
+		env = append(env, contract.EnvNvidiaVisible+"="+r.GPUUUID)
+	}
+	return env
 }
 
 // memLimit is "<MiB>m", or "" for unlimited (0).
@@ -104,13 +112,8 @@ func (w *Writer) commonEnv(c *Claim) []string {
 	)
 
 	used := make(map[int]bool, len(c.Results))
-	var uuids []string
 	for i := range c.Results {
-		r := &c.Results[i]
-		used[r.GPUIndex] = true
-		if !slices.Contains(uuids, r.GPUUUID) {
-			uuids = append(uuids, r.GPUUUID)
-		}
+		used[c.Results[i].GPUIndex] = true
 	}
 	for j := range contract.MaxNeutralisedIndices {
 		if used[j] {
@@ -122,9 +125,6 @@ func (w *Writer) commonEnv(c *Claim) []string {
 			contract.EnvMemLimitPfx+idx+"=",
 			contract.EnvCoreLimitPfx+idx+"=",
 		)
-	}
-	if w.opts.GPUInjection == InjectionEnv {
-		env = append(env, contract.EnvNvidiaVisible+"="+strings.Join(uuids, ","))
 	}
 	slices.Sort(env)
 	return env

@@ -88,27 +88,14 @@ func TestBuildSpec(t *testing.T) {
 			},
 		},
 		{
-			name:   "env injection: NVIDIA_VISIBLE_DEVICES in result order",
+			name:   "env injection: each result's device names its own GPU, the common device none",
 			mutate: func(o *Options) { o.GPUInjection = InjectionEnv },
 			claim:  nriClaim(gpu3Result(), gpu0Result()),
 			want: []wantDevice{
-				{name: claimUID + "-gpu-gpu-3", env: gpu3Unlimited},
-				{name: claimUID + "-gpu-gpu-0", env: gpu0Limited},
+				{name: claimUID + "-gpu-gpu-3", env: append(slices.Clone(gpu3Unlimited), "NVIDIA_VISIBLE_DEVICES="+gpu3UUID)},
+				{name: claimUID + "-gpu-gpu-0", env: append(slices.Clone(gpu0Limited), "NVIDIA_VISIBLE_DEVICES="+gpu0UUID)},
 				{name: commonName,
-					env:    sorted(nriIdentity, aggregatesEmpty, neutralised(0, 3), []string{"NVIDIA_VISIBLE_DEVICES=" + gpu3UUID + "," + gpu0UUID}),
-					mounts: slices.Concat(libMounts, registryMount)},
-			},
-		},
-		{
-			name:   "env injection, NRI path, two results on one GPU: UUID listed once",
-			mutate: func(o *Options) { o.GPUInjection = InjectionEnv },
-			claim: nriClaim(gpu0Result(),
-				Result{Request: "b", Device: "gpu-0", ShareID: shareID, GPUIndex: 0, GPUUUID: gpu0UUID}),
-			want: []wantDevice{
-				{name: claimUID + "-gpu-gpu-0", env: gpu0Limited},
-				{name: claimUID + "-b-gpu-0-a1b2c3d4", env: []string{"CUDA_CORE_LIMIT_0=", "CUDA_MEM_LIMIT_0=", "MANAGER_VISIBLE_DEVICE_0=" + gpu0UUID}},
-				{name: commonName,
-					env:    sorted(nriIdentity, aggregatesEmpty, neutralised(0), []string{"NVIDIA_VISIBLE_DEVICES=" + gpu0UUID}),
+					env:    sorted(nriIdentity, aggregatesEmpty, neutralised(0, 3)),
 					mounts: slices.Concat(libMounts, registryMount)},
 			},
 		},
@@ -138,8 +125,8 @@ func TestBuildSpec(t *testing.T) {
 			mutate: func(o *Options) { o.VGPU = false; o.GPUInjection = InjectionEnv },
 			claim:  perClaimClaim(gpu0Result()),
 			want: []wantDevice{
-				{name: claimUID + "-gpu-gpu-0", env: []string{"CUDA_CORE_LIMIT_0=", "CUDA_MEM_LIMIT_0=", "MANAGER_VISIBLE_DEVICE_0=" + gpu0UUID}},
-				{name: commonName, env: sorted(noIdentity, aggregatesEmpty, neutralised(0), []string{"NVIDIA_VISIBLE_DEVICES=" + gpu0UUID})},
+				{name: claimUID + "-gpu-gpu-0", env: []string{"CUDA_CORE_LIMIT_0=", "CUDA_MEM_LIMIT_0=", "MANAGER_VISIBLE_DEVICE_0=" + gpu0UUID, "NVIDIA_VISIBLE_DEVICES=" + gpu0UUID}},
+				{name: commonName, env: sorted(noIdentity, aggregatesEmpty, neutralised(0))},
 			},
 		},
 	}

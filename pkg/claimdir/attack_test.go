@@ -80,6 +80,7 @@ func TestSymlinkAttacks(t *testing.T) {
 		{
 			name: "container dir is a relative symlink to another claim's container dir",
 			plant: func(t *testing.T, l Layout, _ string) string {
+				must(t, l.EnsureClaimDir(claimB))
 				victim, err := l.EnsureContainerDirs(claimB, pod2, "victim")
 				must(t, err)
 				must(t, os.WriteFile(filepath.Join(victim.Config, "pids.config"), []byte("7\n"), 0o644))
@@ -93,6 +94,7 @@ func TestSymlinkAttacks(t *testing.T) {
 		{
 			name: "vgpu_lock is a symlink",
 			plant: func(t *testing.T, l Layout, outside string) string {
+				must(t, l.EnsureClaimDir(claimA))
 				d, err := l.EnsureContainerDirs(claimA, pod1, "app")
 				must(t, err)
 				must(t, os.Remove(d.VGPULock))
@@ -104,6 +106,7 @@ func TestSymlinkAttacks(t *testing.T) {
 		{
 			name: "config is a symlink",
 			plant: func(t *testing.T, l Layout, outside string) string {
+				must(t, l.EnsureClaimDir(claimA))
 				d, err := l.EnsureContainerDirs(claimA, pod1, "app")
 				must(t, err)
 				must(t, os.Remove(d.Config))
@@ -115,6 +118,7 @@ func TestSymlinkAttacks(t *testing.T) {
 		{
 			name: "config is a file",
 			plant: func(t *testing.T, l Layout, outside string) string {
+				must(t, l.EnsureClaimDir(claimA))
 				d, err := l.EnsureContainerDirs(claimA, pod1, "app")
 				must(t, err)
 				must(t, os.Remove(d.Config))
@@ -135,6 +139,7 @@ func TestSymlinkAttacks(t *testing.T) {
 		{
 			name: "per-claim vmem_node is a symlink",
 			plant: func(t *testing.T, l Layout, outside string) string {
+				must(t, l.EnsureClaimDir(claimA))
 				d, err := l.EnsurePerClaimDirs(claimA)
 				must(t, err)
 				must(t, os.Remove(d.VMemNode))
@@ -147,6 +152,7 @@ func TestSymlinkAttacks(t *testing.T) {
 			// What a container can really do: plant links inside its read-write directories.
 			name: "symlinks planted inside vgpu_lock and vmem_node",
 			plant: func(t *testing.T, l Layout, outside string) string {
+				must(t, l.EnsureClaimDir(claimA))
 				d, err := l.EnsureContainerDirs(claimA, pod1, "app")
 				must(t, err)
 				must(t, os.Symlink(outside, filepath.Join(d.VGPULock, "dir-link")))

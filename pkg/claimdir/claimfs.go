@@ -42,10 +42,26 @@ func (t *claimsTree) ensureTmpfs(parent, fd int, d dirSpec) (int, error) {
 	err := unix.Mount("tmpfs", "/proc/self/fd/"+strconv.Itoa(fd), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)
 	_ = unix.Close(fd)
 	if err != nil {
-		return -1, &ClaimFSError{Path: t.abs(d.rel), Err: err}
+		return -1, &ClaimFSError{Path: t.abs(d.rel), Err: fmt.Errorf("mount: %w", err)}
 	}
 	// The descriptor still names the directory under the mount: open the tmpfs root.
 	return t.openDirAt(parent, d.rel)
+}
+
+// checkTmpfs fails unless the directory open as fd (d, a child of parent) is a mount: the
+// claim's tmpfs that Prepare mounted.
+func (t *claimsTree) checkTmpfs(parent, fd int, d dirSpec) error {
+	var pst, st unix.Stat_t
+	if err := unix.Fstat(parent, &pst); err != nil {
+		return fmt.Errorf("inspect the parent of %s: %w", t.abs(d.rel), err)
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("inspect %s: %w", t.abs(d.rel), err)
+	}
+	if st.Dev == pst.Dev {
+		return &ClaimFSError{Path: t.abs(d.rel), Err: errors.New("the claim's tmpfs is not mounted (it is mounted when the claim is prepared)")}
+	}
+	return nil
 }
 
 // ClaimFSError says that a claim's tmpfs could not be mounted. The plugin needs CAP_SYS_ADMIN
@@ -57,7 +73,7 @@ type ClaimFSError struct {
 }
 
 func (e *ClaimFSError) Error() string {
-	return fmt.Sprintf("mount the claim's size-bounded tmpfs on %s: %v (the plugin needs CAP_SYS_ADMIN; --claim-fs-size=0 keeps claim directories on the state directory's file system, without a bound)", e.Path, e.Err)
+	return fmt.Sprintf("the claim's size-bounded tmpfs on %s: %v (the plugin needs CAP_SYS_ADMIN to mount it; --claim-fs-size=0 keeps claim directories on the state directory's file system, without a bound)", e.Path, e.Err)
 }
 
 func (e *ClaimFSError) Unwrap() error { return e.Err }

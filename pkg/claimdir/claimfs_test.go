@@ -114,10 +114,10 @@ func TestClaimTmpfsBoundsWhatContainersWrite(t *testing.T) {
 	}
 }
 
-// TestContainerDirsRemountAMissingClaimTmpfs: a claim directory whose tmpfs is gone (someone
-// unmounted it) gets it back before a container's directories are made, so they never land on
-// the node's disk.
-func TestContainerDirsRemountAMissingClaimTmpfs(t *testing.T) {
+// TestContainerDirsNeedTheClaimTmpfs: a claim directory whose tmpfs is gone (the claim was
+// unprepared while a container was being created, or someone unmounted it) gets no container
+// directories: they would land on the node's disk, without a bound.
+func TestContainerDirsNeedTheClaimTmpfs(t *testing.T) {
 	l := tmpfsLayout(t)
 	if err := l.EnsureClaimDir(fsClaim); err != nil {
 		t.Fatal(err)
@@ -126,13 +126,20 @@ func TestContainerDirsRemountAMissingClaimTmpfs(t *testing.T) {
 	if err := unix.Unmount(claimDir, 0); err != nil {
 		t.Fatal(err)
 	}
-	dirs, err := l.EnsureContainerDirs(fsClaim, fsPod, "app")
-	if err != nil {
+	_, err := l.EnsureContainerDirs(fsClaim, fsPod, "app")
+	var fsErr *ClaimFSError
+	if !errors.As(err, &fsErr) || !strings.Contains(err.Error(), "not mounted") {
+		t.Fatalf("EnsureContainerDirs on a claim without its tmpfs: %v, want a ClaimFSError", err)
+	}
+	if entries, _ := os.ReadDir(claimDir); len(entries) != 0 {
+		t.Errorf("directories were made on the node's disk: %v", entries)
+	}
+	// Prepare (or start-up recovery) mounts it again.
+	if err := l.EnsureClaimDir(fsClaim); err != nil {
 		t.Fatal(err)
 	}
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(dirs.VMemNode, &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
-		t.Errorf("container directories are on file system %#x (%v), want the claim's tmpfs", sfs.Type, err)
+	if _, err := l.EnsureContainerDirs(fsClaim, fsPod, "app"); err != nil {
+		t.Errorf("after the claim is ensured again: %v", err)
 	}
 }
 
@@ -140,6 +147,9 @@ func TestContainerDirsRemountAMissingClaimTmpfs(t *testing.T) {
 func TestClaimTmpfsOff(t *testing.T) {
 	l := tmpfsLayout(t)
 	l.ClaimFSBytes = 0
+	if err := l.EnsureClaimDir(fsClaim); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := l.EnsurePerClaimDirs(fsClaim); err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +162,9 @@ func TestClaimTmpfsOff(t *testing.T) {
 // changed content replaces it, and no temporary file is left.
 func TestWriteConfig(t *testing.T) {
 	l := Layout{StateDir: filepath.Join(t.TempDir(), "state")}
+	if err := l.EnsureClaimDir(fsClaim); err != nil {
+		t.Fatal(err)
+	}
 	dirs, err := l.EnsurePerClaimDirs(fsClaim)
 	if err != nil {
 		t.Fatal(err)

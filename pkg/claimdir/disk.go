@@ -24,8 +24,9 @@ func (l Layout) EnsureClaimDir(claimUID string) error {
 	return nil
 }
 
-// EnsurePerClaimDirs creates the per-claim path's directory set (and the claim directory) as
-// needed, with the modes of contract §4. It is idempotent and repairs modes and owners.
+// EnsurePerClaimDirs creates the per-claim path's directory set in the claim directory
+// (EnsureClaimDir first), with the modes of contract §4. It is idempotent and repairs modes and
+// owners.
 func (l Layout) EnsurePerClaimDirs(claimUID string) (Dirs, error) {
 	rel, err := perClaimRel(claimUID)
 	if err != nil {
@@ -37,9 +38,11 @@ func (l Layout) EnsurePerClaimDirs(claimUID string) (Dirs, error) {
 	return dirsAt(filepath.Join(l.ClaimsRoot(), rel)), nil
 }
 
-// EnsureContainerDirs creates one container's directory set (and the claim directory) as
-// needed, with the modes of contract §4. It is idempotent and repairs modes and owners; a
-// restarted container gets the same directories, with what its predecessor left in them.
+// EnsureContainerDirs creates one container's directory set in the claim directory, which
+// Prepare made (a missing one, or one whose tmpfs is gone, is an error: the claim was
+// unprepared meanwhile), with the modes of contract §4. It is idempotent and repairs modes and
+// owners; a restarted container gets the same directories, with what its predecessor left in
+// them.
 func (l Layout) EnsureContainerDirs(claimUID, podUID, containerName string) (Dirs, error) {
 	rel, err := containerRel(claimUID, podUID, containerName)
 	if err != nil {
@@ -52,14 +55,15 @@ func (l Layout) EnsureContainerDirs(claimUID, podUID, containerName string) (Dir
 }
 
 // setSpecs lists a directory set at rel, with its parents, parent first. The claim directory
-// (the first parent) is where the claim's tmpfs goes.
+// (the first parent) must exist already, on its tmpfs when ClaimFSBytes is set: Prepare makes
+// it (EnsureClaimDir), and a directory set is never the thing that brings a claim back.
 func (l Layout) setSpecs(rel string) []dirSpec {
 	var specs []dirSpec
 	for p := filepath.Dir(rel); p != "."; p = filepath.Dir(p) {
 		specs = append(specs, dirSpec{rel: p, mode: modePrivate})
 	}
 	slices.Reverse(specs)
-	specs[0] = l.claimSpec(specs[0].rel)
+	specs[0].existing, specs[0].fsBytes = true, l.ClaimFSBytes
 	return append(specs,
 		dirSpec{rel: rel, mode: modePrivate},
 		dirSpec{rel: filepath.Join(rel, configDirName), mode: modeConfig},

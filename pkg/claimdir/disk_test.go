@@ -60,13 +60,16 @@ func TestEnsureCreatesModes(t *testing.T) {
 		want   func(l Layout) Dirs
 	}{
 		{
-			name:   "container dirs",
-			ensure: func(l Layout) (Dirs, error) { return l.EnsureContainerDirs(claimA, pod1, "app") },
-			want:   func(l Layout) Dirs { d, _ := l.ContainerDirs(claimA, pod1, "app"); return d },
+			name: "container dirs",
+			ensure: func(l Layout) (Dirs, error) {
+				prepared(t, l, claimA)
+				return l.EnsureContainerDirs(claimA, pod1, "app")
+			},
+			want: func(l Layout) Dirs { d, _ := l.ContainerDirs(claimA, pod1, "app"); return d },
 		},
 		{
 			name:   "per-claim dirs",
-			ensure: func(l Layout) (Dirs, error) { return l.EnsurePerClaimDirs(claimA) },
+			ensure: func(l Layout) (Dirs, error) { prepared(t, l, claimA); return l.EnsurePerClaimDirs(claimA) },
 			want:   func(l Layout) Dirs { d, _ := l.PerClaimDirs(claimA); return d },
 		},
 	}
@@ -114,6 +117,7 @@ func TestEnsureCreatesModes(t *testing.T) {
 func TestEnsureRepairsOwner(t *testing.T) {
 	requireRoot(t)
 	l := Layout{StateDir: t.TempDir()}
+	prepared(t, l, claimA)
 	d, err := l.EnsureContainerDirs(claimA, pod1, "app")
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +178,7 @@ func TestListAndRemove(t *testing.T) {
 		t.Fatalf("RemoveContainerDirs without a claims root: %v", err)
 	}
 
+	prepared(t, l, claimA)
 	for _, c := range []struct{ pod, name string }{{pod2, "b"}, {pod1, "sidecar"}, {pod1, "app"}} {
 		if _, err := l.EnsureContainerDirs(claimA, c.pod, c.name); err != nil {
 			t.Fatal(err)
@@ -247,6 +252,29 @@ func TestListAndRemove(t *testing.T) {
 	}
 	if refs, err := l.ListContainerDirs(claimA); err != nil || len(refs) != 0 {
 		t.Errorf("ListContainerDirs of a removed claim = %v, %v", refs, err)
+	}
+}
+
+// prepared makes the claim directory as Prepare does: directory sets go into it.
+func prepared(t *testing.T, l Layout, claimUID string) {
+	t.Helper()
+	if err := l.EnsureClaimDir(claimUID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDirectorySetsNeedThePreparedClaimDir: a directory set is never what creates a claim's
+// directory: the NRI hook of a claim unprepared meanwhile fails and leaves nothing behind.
+func TestDirectorySetsNeedThePreparedClaimDir(t *testing.T) {
+	l := Layout{StateDir: t.TempDir()}
+	if _, err := l.EnsureContainerDirs(claimA, pod1, "app"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("EnsureContainerDirs without the claim directory: %v, want not exist", err)
+	}
+	if _, err := l.EnsurePerClaimDirs(claimA); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("EnsurePerClaimDirs without the claim directory: %v, want not exist", err)
+	}
+	if uids, _ := l.ListClaims(); len(uids) != 0 {
+		t.Errorf("claim directories were created: %v", uids)
 	}
 }
 

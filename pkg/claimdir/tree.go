@@ -144,8 +144,10 @@ func (t *claimsTree) ensureDirs(dirs ...dirSpec) error {
 // returns a descriptor of it for its children.
 func (t *claimsTree) ensureDirAt(parent int, d dirSpec) (int, error) {
 	name := filepath.Base(d.rel)
-	if err := unix.Mkdirat(parent, name, uint32(d.mode.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
-		return -1, fmt.Errorf("create %s: %w", t.abs(d.rel), err)
+	if !d.existing {
+		if err := unix.Mkdirat(parent, name, uint32(d.mode.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, fmt.Errorf("create %s: %w", t.abs(d.rel), err)
+		}
 	}
 	fd, err := t.openDirAt(parent, d.rel)
 	if err != nil {
@@ -156,7 +158,12 @@ func (t *claimsTree) ensureDirAt(parent int, d dirSpec) (int, error) {
 		_ = unix.Close(fd)
 		return -1, fmt.Errorf("inspect %s: %w", t.abs(d.rel), err)
 	}
-	if d.fsBytes > 0 {
+	if d.fsBytes > 0 && d.existing {
+		if err := t.checkTmpfs(parent, fd, d); err != nil {
+			_ = unix.Close(fd)
+			return -1, err
+		}
+	} else if d.fsBytes > 0 {
 		if fd, err = t.ensureTmpfs(parent, fd, d); err != nil {
 			return -1, err
 		}
@@ -201,11 +208,14 @@ func (t *claimsTree) openDirAt(parent int, rel string) (int, error) {
 }
 
 // dirSpec is a directory below the claims root and the mode it must have; with fsBytes set it
-// is the root of a tmpfs of that size (mounted when it is not yet).
+// is the root of a tmpfs of that size. With existing set it is never created (nor mounted): it
+// must be there already, as Prepare left it — the NRI hook must not bring back the directory of
+// a claim that was unprepared meanwhile.
 type dirSpec struct {
-	rel     string
-	mode    os.FileMode
-	fsBytes int64
+	rel      string
+	mode     os.FileMode
+	fsBytes  int64
+	existing bool
 }
 
 // fixDir makes the real directory rel have mode and this process's ownership, changing them

@@ -36,6 +36,9 @@ type Config struct {
 	VGPU bool
 	// BootID identifies this boot of the node (/proc/sys/kernel/random/boot_id).
 	BootID string
+	// GPUInjection is how the GPU itself reaches containers (--gpu-injection). With
+	// cdi.InjectionEnv a per-claim claim may hold one GPU only (see prepareOne).
+	GPUInjection cdi.Injection
 }
 
 // PathSelector decides, when a claim is first prepared, which path its containers take

@@ -87,6 +87,13 @@ func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClai
 		}
 		prepared.RegisterUUID = d.deps.NewUUID()
 	}
+	// With --gpu-injection=env each result's CDI device names its own GPU in
+	// NVIDIA_VISIBLE_DEVICES, and CDI keeps one value of a variable: a container of several
+	// results would see only one of its GPUs. On the NRI path the NRI plugin sets each
+	// container's exact list; without it, a claim may hold one GPU only (contract §3).
+	if d.cfg.GPUInjection == cdi.InjectionEnv && prepared.Path != contract.PathNRI && len(devs) > 1 {
+		return nil, failf(metrics.ReasonInvalidClaim, "claim %s has %d GPUs, but --gpu-injection=env gives a container only one GPU without the NRI path; use --gpu-injection=cdi (the NVIDIA Container Toolkit's CDI devices) or enable NRISupport", klog.KObj(claim), len(devs))
+	}
 	cdiClaim := d.cdiClaim(uid, prepared)
 	ids := d.deps.CDI.DeviceIDs(cdiClaim)
 	for i := range prepared.Devices {
@@ -131,8 +138,12 @@ func (d *Driver) ensureFiles(uid string, c checkpoint.Claim) error {
 		return fmt.Errorf("create claim directory: %w", err)
 	}
 	if c.Path == contract.PathPerClaim {
-		if _, err := d.deps.Dirs.EnsurePerClaimDirs(uid); err != nil {
+		dirs, err := d.deps.Dirs.EnsurePerClaimDirs(uid)
+		if err != nil {
 			return fmt.Errorf("create per-claim directories: %w", err)
+		}
+		if err := d.deps.Dirs.WriteConfig(dirs, perClaimConfig(uid, c).Encode()); err != nil {
+			return fmt.Errorf("write the claim's %s: %w", contract.ContainerConfigName, err)
 		}
 	}
 	if err := d.deps.CDI.Write(d.cdiClaim(uid, c)); err != nil {
@@ -155,6 +166,16 @@ func (d *Driver) cdiClaim(uid string, c checkpoint.Claim) cdi.Claim {
 		})
 	}
 	return out
+}
+
+// perClaimConfig is what every container of a per-claim claim may use (contract §4a): all of
+// the claim's GPUs, with the register UUID as identity.
+func perClaimConfig(uid string, c checkpoint.Claim) contract.ContainerConfig {
+	cfg := contract.ContainerConfig{ClaimUID: uid, RegisterUUID: c.RegisterUUID}
+	for _, dev := range c.Devices {
+		cfg.GPUs = append(cfg.GPUs, contract.ContainerGPU{Index: dev.Index, UUID: dev.GPUUUID, MemoryBytes: dev.MemoryBytes, Cores: dev.Cores})
+	}
+	return cfg
 }
 
 func resultDevices(devs []checkpoint.Device) []kubeletplugin.Device {

@@ -44,4 +44,7 @@ type Result struct {
 	Index int `json:"index"`
 	// CDIDevice is the qualified ID of the result's own CDI device.
 	CDIDevice string `json:"cdiDevice"`
+	// MemoryBytes and Cores are the result's limits; 0 is unlimited (the whole GPU).
+	MemoryBytes int64 `json:"memoryBytes"`
+	Cores       int64 `json:"cores"`
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -114,6 +115,11 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		p.undo(in)
 		return nil, fmt.Errorf("create directories of container %q for claim %s: %w", name, claimRef(claim), err)
 	}
+	config := containerConfig(claim, in)
+	if err := p.cfg.Layout.WriteConfig(dirs, config.Encode()); err != nil {
+		p.undo(in)
+		return nil, fmt.Errorf("write %s of container %q for claim %s: %w", contract.ContainerConfigName, name, claimRef(claim), err)
+	}
 	// The runtime has given up on an answer after its deadline (and, depending on its failure
 	// policy, created the container without us): leave nothing behind for it.
 	if err := ctx.Err(); err != nil {
@@ -127,7 +133,29 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	adjust.AddMount(&api.Mount{Source: dirs.VMemNode, Destination: contract.ContainerVMemNodeDir, Type: "bind", Options: rwMount})
 	adjust.AddEnv(contract.EnvPodUID, podUID)
 	adjust.AddEnv(contract.EnvContainerName, name)
+	if p.cfg.SetNvidiaVisibleDevices {
+		uuids := make([]string, len(config.GPUs))
+		for i, g := range config.GPUs {
+			uuids[i] = g.UUID
+		}
+		adjust.AddEnv(contract.EnvNvidiaVisible, strings.Join(uuids, ","))
+	}
 	return adjust, nil
+}
+
+// containerConfig is what the container may use (contract §4a): the GPUs of the results it
+// references, each once, with their limits, and its NRI identity. Two results on one GPU never
+// reach here (checkCollisions), so a GPU's limits are those of its one result.
+func containerConfig(claim Claim, in Instance) contract.ContainerConfig {
+	c := contract.ContainerConfig{ClaimUID: claim.UID, PodUID: in.PodUID, ContainerName: in.ContainerName}
+	for _, i := range in.Results {
+		r := claim.Results[i]
+		if slices.ContainsFunc(c.GPUs, func(g contract.ContainerGPU) bool { return g.UUID == r.GPUUUID }) {
+			continue
+		}
+		c.GPUs = append(c.GPUs, contract.ContainerGPU{Index: r.Index, UUID: r.GPUUUID, MemoryBytes: r.MemoryBytes, Cores: r.Cores})
+	}
+	return c
 }
 
 // checkReserved checks that the claim is reserved for the pod: the recorded list first, then

@@ -98,6 +98,9 @@ func newFixture(t testing.TB, claims ...Claim) *fixture {
 		reg: kmetrics.NewKubeRegistry(), proc: filepath.Join(dir, "proc")}
 	for _, c := range claims {
 		f.claims.claims[c.UID] = c
+		if err := f.layout.EnsureClaimDir(c.UID); err != nil { // as Prepare does
+			t.Fatal(err)
+		}
 	}
 	f.plugin = NewPlugin(Config{Layout: f.layout, ProcRoot: f.proc}, f.claims, metrics.NewNRIMetrics(f.reg), klog.Background())
 	return f
@@ -179,4 +182,19 @@ func (f *fixture) dirs(claim, podUID, name string) claimdir.Dirs {
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
+}
+
+// anyContainerDirs reports whether any prepared claim has a container directory.
+func (f *fixture) anyContainerDirs() bool {
+	f.t.Helper()
+	for uid := range f.claims.claims {
+		refs, err := f.layout.ListContainerDirs(uid)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if len(refs) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -28,6 +28,10 @@ type Config struct {
 	RefreshTimeout time.Duration
 	// ProcRoot is where /proc is (tests point it elsewhere); "/proc" when empty.
 	ProcRoot string
+	// SetNvidiaVisibleDevices gives each container NVIDIA_VISIBLE_DEVICES with exactly the GPUs
+	// of its results (--gpu-injection=env): the results' CDI devices each name one GPU, and
+	// CDI keeps one value of a variable (contract §3, §4).
+	SetNvidiaVisibleDevices bool
 }
 
 // Plugin implements the NRI hooks (the stub's handler interfaces). One Plugin serves every

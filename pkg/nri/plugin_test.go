@@ -22,7 +22,7 @@ func TestCreateContainerWithoutClaimIsUntouched(t *testing.T) {
 			t.Errorf("env %v: adjustment %v, err %v; want neither", env, adj, err)
 		}
 	}
-	if f.plugin.Cache().Len() != 0 || exists(f.layout.ClaimsRoot()) || f.claims.reads != 0 {
+	if f.plugin.Cache().Len() != 0 || f.anyContainerDirs() || f.claims.reads != 0 {
 		t.Error("a container without a claim UID left state behind or read the API")
 	}
 }
@@ -112,7 +112,7 @@ func TestCreateContainerRejections(t *testing.T) {
 			if got := f.counter("vgpu_dra_nri_rejections_total", "reason", tc.reason); got != 1 {
 				t.Errorf("rejections{reason=%s} = %v, want 1", tc.reason, got)
 			}
-			if f.plugin.Cache().Len() != 0 || exists(f.layout.ClaimsRoot()) {
+			if f.plugin.Cache().Len() != 0 || f.anyContainerDirs() {
 				t.Error("a rejected container left a cache entry or a directory")
 			}
 		})
@@ -158,7 +158,7 @@ func TestCreateContainerCollisions(t *testing.T) {
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "default/claim-a") || !strings.Contains(err.Error(), "default/other") {
 			t.Fatalf("err %v, want a collision naming both claims", err)
 		}
-		if f.plugin.Cache().Len() != 0 || exists(f.layout.ClaimsRoot()) {
+		if f.plugin.Cache().Len() != 0 || f.anyContainerDirs() {
 			t.Error("a failed container left state")
 		}
 	})

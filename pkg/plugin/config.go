@@ -17,6 +17,14 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
+// DefaultClaimFSBytes is the default size of a claim's tmpfs: a container's memory ledger and
+// core file take about 200 KiB, so a claim shared by a hundred containers still fits, and what
+// a container writes there is charged to its own memory limit.
+const DefaultClaimFSBytes = 32 << 20
+
+// MinClaimFSBytes is the smallest tmpfs that holds one container's files.
+const MinClaimFSBytes = 1 << 20
+
 // Config is everything the process is told on its command line, as plain values.
 type Config struct {
 	NodeName   string
@@ -32,8 +40,11 @@ type Config struct {
 	DeviceSource string
 	// MemoryReserve is subtracted from every GPU's published memory, in bytes.
 	MemoryReserve int64
-	GPUInjection  cdi.Injection
-	GPUCDIKind    string
+	// ClaimFSBytes sizes the tmpfs each claim's directories live on (--claim-fs-size); 0 keeps
+	// them on the state directory's file system, without a bound.
+	ClaimFSBytes int64
+	GPUInjection cdi.Injection
+	GPUCDIKind   string
 	// HealthAddress serves grpc.health.v1 (e.g. ":51515"); empty disables it.
 	HealthAddress string
 	// MetricsAddress serves /metrics; empty disables it.
@@ -56,7 +67,9 @@ type Config struct {
 }
 
 // Layout is the host directory layout under the state directory; the one place it is built.
-func (c Config) Layout() claimdir.Layout { return claimdir.Layout{StateDir: c.StateDir} }
+func (c Config) Layout() claimdir.Layout {
+	return claimdir.Layout{StateDir: c.StateDir, ClaimFSBytes: c.ClaimFSBytes}
+}
 
 // PluginDataDir is the kubelet plugin data directory: <kubelet>/plugins/<driver>.
 func (c Config) PluginDataDir() string {
@@ -100,6 +113,9 @@ func (c Config) Validate() error {
 	}
 	if c.MemoryReserve < 0 {
 		errs = append(errs, fmt.Errorf("--memory-reserve must not be negative"))
+	}
+	if c.ClaimFSBytes < 0 || (c.ClaimFSBytes > 0 && c.ClaimFSBytes < MinClaimFSBytes) {
+		errs = append(errs, fmt.Errorf("--claim-fs-size must be 0 (no bound) or at least %d bytes (1Mi)", MinClaimFSBytes))
 	}
 	switch c.GPUInjection {
 	case cdi.InjectionCDI, cdi.InjectionEnv, cdi.InjectionNone:

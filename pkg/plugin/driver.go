@@ -62,7 +62,7 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 	}
 	d, err := driver.New(driver.Config{
 		DriverName: cfg.DriverName, NodeName: cfg.NodeName, MemoryReserve: cfg.MemoryReserve,
-		VGPU: cfg.VGPU, BootID: parts.bootID,
+		VGPU: cfg.VGPU, BootID: parts.bootID, GPUInjection: cfg.GPUInjection,
 	}, driver.Deps{
 		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
 		Paths: parts.paths, PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
@@ -30,7 +31,10 @@ type nriSide struct {
 func newNRISide(cfg Config, layout claimdir.Layout, claims nri.Claims, m *metrics.Metrics) *nriSide {
 	logger := klog.Background().WithName("nri")
 	nm := metrics.NewNRIMetrics(m.Registry)
-	plugin := nri.NewPlugin(nri.Config{DriverName: cfg.DriverName, Layout: layout}, claims, nm, logger)
+	plugin := nri.NewPlugin(nri.Config{
+		DriverName: cfg.DriverName, Layout: layout,
+		SetNvidiaVisibleDevices: cfg.GPUInjection == cdi.InjectionEnv,
+	}, claims, nm, logger)
 	return &nriSide{
 		plugin: plugin,
 		supervisor: nri.NewSupervisor(nri.SupervisorConfig{
@@ -125,7 +129,10 @@ func toNRIClaim(uid string, cp checkpoint.Claim) nri.Claim {
 		Completed: cp.State == checkpoint.PrepareCompleted, ReservedFor: cp.ReservedFor,
 	}
 	for _, dev := range cp.Devices {
-		r := nri.Result{Request: dev.Request, Device: dev.Device, ShareID: dev.ShareID, GPUUUID: dev.GPUUUID, Index: dev.Index}
+		r := nri.Result{
+			Request: dev.Request, Device: dev.Device, ShareID: dev.ShareID, GPUUUID: dev.GPUUUID, Index: dev.Index,
+			MemoryBytes: dev.MemoryBytes, Cores: dev.Cores,
+		}
 		if len(dev.CDIDeviceIDs) > 0 {
 			r.CDIDevice = dev.CDIDeviceIDs[0]
 		}

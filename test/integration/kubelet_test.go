@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -64,10 +67,17 @@ func newNode(t testing.TB, mutate ...func(*plugin.Config)) *node {
 			NodeName: nodeName, DriverName: driverName,
 			StateDir: filepath.Join(root, "state"), KubeletDir: filepath.Join(root, "kubelet"),
 			CDIDir: filepath.Join(root, "cdi"), DeviceSource: "simulated:dgx-h200:2",
-			GPUInjection: cdi.InjectionNone,
-			VGPU:         true, NRI: true, HealthCheck: true,
+			GPUInjection: cdi.InjectionNone, ClaimFSBytes: 4 << 20,
+			VGPU: true, NRI: true, HealthCheck: true,
 		},
 	}
+	// Claims' tmpfs mounts a test (or a crash of it) leaves are detached before the temp dir
+	// goes; registered first, so it runs after the plugin has stopped.
+	t.Cleanup(func() {
+		for _, m := range mountsUnder(t, root) {
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+	})
 	n.cfg.NRISocket = filepath.Join(root, "nri.sock")
 	for _, m := range mutate {
 		m(&n.cfg)
@@ -81,6 +91,23 @@ func newNode(t testing.TB, mutate ...func(*plugin.Config)) *node {
 	}
 	t.Cleanup(n.stop)
 	return n
+}
+
+// mountsUnder lists the mount points below dir, deepest first, from /proc/self/mountinfo.
+func mountsUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	slices.Reverse(out)
+	return out
 }
 
 // start runs the plugin; the kubelet side (registration) is separate, see register.

@@ -48,6 +48,9 @@ func benchRegistrations(b *testing.B, clients, stalled int) {
 	}
 	b.Cleanup(func() { _ = os.RemoveAll(dir) })
 	layout := claimdir.Layout{StateDir: filepath.Join(dir, "state")}
+	if err := layout.EnsureClaimDir(regClaim); err != nil { // as Prepare does
+		b.Fatal(err)
+	}
 	dirs, err := layout.EnsureContainerDirs(regClaim, regPodA, "app")
 	if err != nil {
 		b.Fatal(err)

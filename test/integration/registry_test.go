@@ -96,6 +96,9 @@ func readPIDList(t *testing.T, configDir string) []int {
 func TestRegistryPerClaimThroughCheckpoint(t *testing.T) {
 	h := rt.Hierarchies(t)[0]
 	n := startRegistryNode(t, h)
+	if err := n.layout.EnsureClaimDir(regClaim); err != nil { // as Prepare does
+		t.Fatal(err)
+	}
 	dirs, err := n.layout.EnsurePerClaimDirs(regClaim)
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +145,9 @@ func TestRegistryPerClaimThroughCheckpoint(t *testing.T) {
 func TestRegistryNRIPathLayout(t *testing.T) {
 	h := rt.Hierarchies(t)[0]
 	n := startRegistryNode(t, h)
+	if err := n.layout.EnsureClaimDir(regClaim); err != nil { // as Prepare does
+		t.Fatal(err)
+	}
 	dirs, err := n.layout.EnsureContainerDirs(regClaim, regPodA, "app")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
+	"golang.org/x/sys/unix"
 )
 
 // TestRestartBetweenPrepareAndUnprepare: a new plugin process prepares the same claim to the
@@ -82,12 +83,21 @@ func TestRebootRecreatesCDISpecs(t *testing.T) {
 	if err := os.Remove(n.specPath(string(b.UID))); err != nil {
 		t.Fatal(err)
 	}
+	// A reboot loses the claim's tmpfs with everything on it.
+	for _, m := range mountsUnder(t, n.claimDir(string(b.UID))) {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Unmount(n.claimDir(string(b.UID)), unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.RemoveAll(n.claimDir(string(b.UID))); err != nil {
 		t.Fatal(err)
 	}
 	r := k.prepare(t, b)[string(b.UID)]
-	if r.Error != "" || !exists(n.specPath(string(b.UID))) || !exists(n.claimDir(string(b.UID))) {
-		t.Errorf("Prepare of a checkpointed claim did not re-create its files: %v", r)
+	if r.Error != "" || !exists(n.specPath(string(b.UID))) || !exists(n.claimDir(string(b.UID))) || !isTmpfs(t, n.claimDir(string(b.UID))) {
+		t.Errorf("Prepare of a checkpointed claim did not re-create its files and tmpfs: %v", r)
 	}
 }
 

@@ -2,6 +2,7 @@ package nri
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -65,6 +66,10 @@ type Cache struct {
 	byName map[nameKey][]*entry
 	seq    uint64
 	synced atomic.Bool
+	// generation counts the rebuilds (Synchronize). A CreateContainer that began before the
+	// latest rebuild came over a connection the runtime has since dropped: what it would add
+	// is not in the runtime's view (see add).
+	generation uint64
 }
 
 // NewCache returns an empty cache that has not been synchronized.
@@ -143,11 +148,29 @@ func (e *ResultInUseError) Error() string {
 		e.Holder.ContainerName, e.Holder.PodNamespace, e.Holder.PodName, e.Holder.PodUID)
 }
 
+// ErrStaleSession says that a CreateContainer began on a connection that a newer Synchronize
+// has replaced: the runtime dropped that request (and, under NRI's fail-open, created or failed
+// the container without us), so its entry would be a stale one that blocks the container's
+// results for others until the next reconnection.
+var ErrStaleSession = errors.New("the NRI connection this request came on was replaced by a newer session")
+
+// Generation is the number of rebuilds so far; CreateContainer takes it on entry and hands it
+// to add.
+func (c *Cache) Generation() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.generation
+}
+
 // add records a new instance unless one of its results is used by an instance of another
-// pod or name that has not stopped; the check and the insert are one step.
-func (c *Cache) add(in Instance) error {
+// pod or name that has not stopped, or the cache was rebuilt since generation (ErrStaleSession);
+// the checks and the insert are one step.
+func (c *Cache) add(in Instance, generation uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if generation != c.generation {
+		return ErrStaleSession
+	}
 	for _, e := range c.byID {
 		if e.State == StateStopped || e.ClaimUID != in.ClaimUID || (e.PodUID == in.PodUID && e.ContainerName == in.ContainerName) {
 			continue
@@ -233,5 +256,6 @@ func (c *Cache) replace(instances []Instance) {
 	for _, in := range instances {
 		c.insertLocked(in)
 	}
+	c.generation++
 	c.synced.Store(true)
 }

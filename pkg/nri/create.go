@@ -42,10 +42,20 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	if env.claimUID == "" {
 		return nil, nil, nil
 	}
+	if !p.inflight.enter() {
+		// Shutting down: the connection closes once the requests in flight are answered, and a
+		// request that comes now would be in flight then. Failing it is safe (the kubelet
+		// retries the container; the next plugin instance answers); creating it without us is
+		// not.
+		p.metrics.Failures.WithLabelValues(metrics.HookCreateContainer).Inc()
+		return nil, nil, errDraining
+	}
+	defer p.inflight.leave()
+	generation := p.cache.Generation()
 	start := time.Now()
 	defer p.observe(metrics.HookCreateContainer, start)
 	logger := p.logger.WithValues("pod", klog.KRef(pod.GetNamespace(), pod.GetName()), "podUID", pod.GetUid(), "container", ctr.GetName())
-	adjust, err := p.createContainer(ctx, pod, ctr, env)
+	adjust, err := p.createContainer(ctx, pod, ctr, env, generation)
 	var rej *rejection
 	switch {
 	case errors.As(err, &rej):
@@ -63,7 +73,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	return adjust, nil, nil
 }
 
-func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, env vgpuEnv) (*api.ContainerAdjustment, error) {
+func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, env vgpuEnv, generation uint64) (*api.ContainerAdjustment, error) {
 	podUID, name, uid := pod.GetUid(), ctr.GetName(), env.claimUID
 	if env.conflicting {
 		return nil, reject(contract.RejectInvalidValue, "%s has two different values", contract.EnvClaimUID)
@@ -103,7 +113,7 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		ContainerName: name, ClaimUID: uid, ConfigDir: dirs.Config, State: StateCreated,
 		Results: resultsOf(claim, devices, env),
 	}
-	if err := p.cache.add(in); err != nil {
+	if err := p.cache.add(in, generation); err != nil {
 		var inUse *ResultInUseError
 		if errors.As(err, &inUse) {
 			r := claim.Results[inUse.Result]

@@ -79,12 +79,13 @@ func testClaim(uid string, gpus ...string) Claim {
 }
 
 type fixture struct {
-	t      testing.TB
-	layout claimdir.Layout
-	claims *fakeClaims
-	reg    kmetrics.KubeRegistry
-	plugin *Plugin
-	proc   string
+	t       testing.TB
+	layout  claimdir.Layout
+	claims  *fakeClaims
+	reg     kmetrics.KubeRegistry
+	plugin  *Plugin
+	proc    string
+	metrics *metrics.NRIMetrics
 }
 
 func newFixture(t testing.TB, claims ...Claim) *fixture {
@@ -102,7 +103,8 @@ func newFixture(t testing.TB, claims ...Claim) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f.plugin = NewPlugin(Config{Layout: f.layout, ProcRoot: f.proc}, f.claims, metrics.NewNRIMetrics(f.reg), klog.Background())
+	f.metrics = metrics.NewNRIMetrics(f.reg)
+	f.plugin = NewPlugin(Config{Layout: f.layout, ProcRoot: f.proc}, f.claims, f.metrics, klog.Background())
 	return f
 }
 

@@ -2,6 +2,7 @@ package nri
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -42,6 +43,8 @@ type Plugin struct {
 	cache   *Cache
 	metrics *metrics.NRIMetrics
 	logger  klog.Logger
+	// inflight counts hook calls in progress; Supervisor.Drain waits for it.
+	inflight inflight
 
 	mu       sync.Mutex
 	runtime  string // "<name> <version>" from the last Configure
@@ -82,8 +85,14 @@ func (p *Plugin) observe(hook string, start time.Time) {
 	p.metrics.HookDuration.WithLabelValues(hook).Observe(time.Since(start).Seconds())
 }
 
+// errAbandoned fails the Configure with which the supervisor releases an abandoned Start.
+var errAbandoned = errors.New("connection attempt abandoned by the watchdog")
+
 // Configure records the runtime; the events are the hooks Plugin implements.
-func (p *Plugin) Configure(_ context.Context, _, runtimeName, runtimeVersion string) (api.EventMask, error) {
+func (p *Plugin) Configure(ctx context.Context, _, runtimeName, runtimeVersion string) (api.EventMask, error) {
+	if ctx.Value(abandonedKey{}) != nil {
+		return 0, errAbandoned
+	}
 	p.mu.Lock()
 	p.runtime = runtimeName + " " + runtimeVersion
 	p.mu.Unlock()
@@ -94,6 +103,8 @@ func (p *Plugin) Configure(_ context.Context, _, runtimeName, runtimeVersion str
 // StartContainer records the container's init PID and cgroup, which the registry needs to
 // check that a registration comes from inside the container.
 func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	p.inflight.enterAlways()
+	defer p.inflight.leave()
 	start := time.Now()
 	if _, ok := p.cache.Get(ctr.GetId()); !ok {
 		return nil // not a vGPU container
@@ -120,6 +131,8 @@ func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 
 // StopContainer marks the instance stopped: its results are free for other containers.
 func (p *Plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+	p.inflight.enterAlways()
+	defer p.inflight.leave()
 	start := time.Now()
 	if p.cache.update(ctr.GetId(), func(in *Instance) { in.State = StateStopped }) {
 		p.observe(metrics.HookStopContainer, start)
@@ -131,6 +144,8 @@ func (p *Plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Co
 // and removes the directory when no instance of that pod and name remains. It never fails
 // the CRI call.
 func (p *Plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	p.inflight.enterAlways()
+	defer p.inflight.leave()
 	start := time.Now()
 	in, last, ok := p.cache.remove(ctr.GetId())
 	if !ok {
@@ -148,6 +163,8 @@ func (p *Plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // StopPodSandbox marks the pod's instances stopped and removes the pod's directories
 // (contract §4). It never fails the CRI call.
 func (p *Plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.inflight.enterAlways()
+	defer p.inflight.leave()
 	start := time.Now()
 	stopped := p.cache.stopPod(pod.GetUid())
 	if len(stopped) == 0 {

@@ -59,6 +59,11 @@ type Supervisor struct {
 	firstDone chan struct{}
 	firstOnce sync.Once
 
+	// stop ends Run (set by Run); done is closed when Run has returned, its last session
+	// closed.
+	stop context.CancelFunc
+	done chan struct{}
+
 	mu     sync.Mutex
 	status Status
 }
@@ -98,14 +103,22 @@ func NewSupervisor(cfg SupervisorConfig, plugin *Plugin, m *metrics.NRIMetrics, 
 	if cfg.FirstAttemptWait <= 0 {
 		cfg.FirstAttemptWait = DefaultFirstAttemptWait
 	}
-	s := &Supervisor{cfg: cfg, plugin: plugin, metrics: m, logger: logger, now: time.Now, firstDone: make(chan struct{})}
+	s := &Supervisor{cfg: cfg, plugin: plugin, metrics: m, logger: logger, now: time.Now, firstDone: make(chan struct{}), done: make(chan struct{})}
 	s.status.Socket = cfg.Socket
 	s.status.Plugin = cfg.PluginIndex + "-" + cfg.PluginName
 	return s
 }
 
-// Run connects and reconnects until ctx ends.
+// Run connects and reconnects until ctx ends or Drain stops it. Give it a context that a
+// shutdown does not cancel before Drain has run: cancelling it closes the connection at once,
+// under any request in flight.
 func (s *Supervisor) Run(ctx context.Context) {
+	defer close(s.done)
+	ctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	s.stop = cancel
+	s.mu.Unlock()
+	defer cancel()
 	backoff := initialBackoff
 	quiet := false // after the first failure in a row, failures are logged at V(4)
 	for ctx.Err() == nil {
@@ -191,28 +204,91 @@ func (s *Supervisor) session(ctx context.Context) (established bool, err error) 
 	return true, nil
 }
 
+// drainLinger is how long Drain waits, after the last hook returned, before it closes the
+// connection: the stub writes a hook's answer right after the hook returns, on another
+// goroutine, and closing the connection under it would lose that answer.
+const drainLinger = 50 * time.Millisecond
+
+// Drain shuts the NRI side down without letting a container through unadjusted: new vGPU
+// containers are failed (the kubelet retries them), the requests in flight are answered — at
+// most until ctx ends (give it the runtime's request timeout) — and only then is the
+// connection closed. It returns once Run has returned; call it before anything the hooks use
+// is stopped.
+func (s *Supervisor) Drain(ctx context.Context) error {
+	err := s.plugin.inflight.drain(ctx)
+	if err != nil {
+		s.logger.Error(err, "NRI requests still in flight when the drain deadline passed; closing the connection anyway")
+	} else {
+		select {
+		case <-time.After(drainLinger):
+		case <-ctx.Done():
+		}
+	}
+	s.mu.Lock()
+	stop := s.stop
+	s.mu.Unlock()
+	if stop == nil {
+		return err // Run never ran
+	}
+	stop()
+	<-s.done
+	return err
+}
+
 // errStartTimeout: the runtime accepted the connection but did not finish configuring the
 // plugin in time.
 var errStartTimeout = errors.New("NRI registration did not complete in time")
 
 // start runs the stub's Start under a watchdog. On expiry it closes the connection and
-// abandons the stub: its Start may stay blocked (it waits for a Configure that will never
-// come, holding the stub's lock), but the stub is never used again.
+// releases the stub: its Start waits, holding the stub's lock, for a Configure that a runtime
+// that died mid-registration never sends, and nothing else ends that wait — without release,
+// every expiry would leave the stub and two goroutines blocked for the life of the process.
 func (s *Supervisor) start(ctx context.Context, st stub.Stub, d *dialer) error {
 	errc := make(chan error, 1)
 	go func() { errc <- st.Start(ctx) }()
 	timer := time.NewTimer(s.cfg.StartTimeout)
 	defer timer.Stop()
+	var err error
 	select {
 	case err := <-errc:
 		return err
 	case <-timer.C:
-		d.close()
-		return errStartTimeout
+		err = errStartTimeout
 	case <-ctx.Done():
-		d.close()
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	// Closing the connection ends a Start that is still registering; one that waits for
+	// Configure needs releasing.
+	d.close()
+	select {
+	case <-errc:
+	case <-time.After(startReleaseWait):
+		releaseStart(st)
+	}
+	return err
+}
+
+// startReleaseWait is how long start lets a Start end by itself once the connection is closed.
+const startReleaseWait = 500 * time.Millisecond
+
+// abandonedKey marks the Configure call with which releaseStart ends a stuck Start.
+type abandonedKey struct{}
+
+// releaseStart ends a Start that waits for the runtime's Configure: it delivers one itself,
+// marked so that the plugin's Configure fails it, and Start then returns that error, closing
+// what it opened and releasing its lock. The stub implements the NRI plugin service (Configure
+// among it) to serve the runtime; it is called here directly, once, after the connection to
+// the runtime is closed.
+func releaseStart(st stub.Stub) {
+	c, ok := st.(interface {
+		Configure(context.Context, *api.ConfigureRequest) (*api.ConfigureResponse, error)
+	})
+	if !ok {
+		return
+	}
+	go func() {
+		_, _ = c.Configure(context.WithValue(context.Background(), abandonedKey{}, true), &api.ConfigureRequest{})
+	}()
 }
 
 // synced is the plugin's notice that the current session's Synchronize succeeded.

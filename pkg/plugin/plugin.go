@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -78,7 +79,11 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		return nil, errors.New("plugin: no Kubernetes client")
 	}
 	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithCancelCause(ctx)
+	// The parts live until Stop, not until ctx ends: a SIGTERM cancels ctx at once, and Stop
+	// then takes them down in an order that lets no container through unadjusted (NRI drains
+	// first). ctx still bounds the wait for the instance lock.
+	waitCtx := ctx
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	p := &Plugin{
 		cfg: cfg, cancel: cancel, done: make(chan struct{}),
 		metrics: metrics.New(component.NewMetricsRegistry()), health: health.NewServer(),
@@ -92,7 +97,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	layout := cfg.Layout()
 	var err error
 
-	if p.lock, err = instancelock.Acquire(ctx, cfg.InstanceLockPath()); err != nil {
+	if p.lock, err = instancelock.Acquire(waitCtx, cfg.InstanceLockPath()); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
@@ -192,9 +197,21 @@ func (p *Plugin) healthEvents(ctx context.Context) <-chan gpu.HealthEvent {
 	return events
 }
 
-// Stop ends every goroutine and server, then releases the instance lock. Safe to call twice,
-// and on a plugin that Start left half-built.
+// DefaultNRIDrainTimeout bounds how long Stop waits for NRI requests in flight: containerd's
+// plugin request timeout is 2 s by default, after which the runtime has given up on them anyway.
+const DefaultNRIDrainTimeout = 2500 * time.Millisecond
+
+// Stop takes the plugin down and releases the instance lock; safe to call twice, and on a
+// plugin that Start left half-built. The order matters (contract §4, "When the plugin does not
+// answer"): first NRI drains — new vGPU containers fail, the requests in flight are answered,
+// then the connection closes — so that no container is created without its adjustment; then
+// the kubelet's services and the registry stop.
 func (p *Plugin) Stop() {
+	if p.nri != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultNRIDrainTimeout)
+		_ = p.nri.supervisor.Drain(ctx)
+		cancel()
+	}
 	p.cancel(errors.New("plugin stopping"))
 	if p.helper != nil {
 		p.helper.Stop()

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 )
@@ -26,7 +27,8 @@ type Writer struct {
 	gpuClass  string
 }
 
-// NewWriter checks o and returns a Writer for it. It touches no file.
+// NewWriter checks o and returns a Writer for it. It creates the spec directory when missing
+// and removes the temporary files a crash left in it.
 func NewWriter(o Options) (*Writer, error) {
 	vendor, class, err := o.validate()
 	if err != nil {
@@ -37,6 +39,9 @@ func NewWriter(o Options) (*Writer, error) {
 	// first Prepare.
 	if err := os.MkdirAll(o.SpecDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create CDI spec directory: %w", err)
+	}
+	if err := removeStaleTemps(o.SpecDir, o.DriverName); err != nil {
+		return nil, err
 	}
 	return &Writer{opts: o, gpuVendor: vendor, gpuClass: class}, nil
 }
@@ -101,6 +106,26 @@ func writeValidated(path string, data []byte) (err error) {
 		return fmt.Errorf("rename into place: %w", err)
 	}
 	return nil
+}
+
+// removeStaleTemps removes this driver's temporary spec files (writeValidated's names) that a
+// crash between create and rename left behind; nothing else in the directory is touched. At
+// start-up no write is in progress: the instance lock makes this process the only writer.
+func removeStaleTemps(dir, driverName string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list CDI spec directory: %w", err)
+	}
+	prefix := "." + driverName + "-" + specClass + "_"
+	var errs []error
+	for _, e := range entries {
+		if name := e.Name(); e.Type().IsRegular() && strings.HasPrefix(name, prefix) && strings.HasSuffix(name, ".tmp") {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove stale temporary spec: %w", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func writeAndSync(f *os.File, data []byte) error {

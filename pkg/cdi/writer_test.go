@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -184,5 +185,36 @@ func TestConcurrentWrites(t *testing.T) {
 	}
 	if _, err := cdiapi.NewCache(cdiapi.WithSpecDirs(w.opts.SpecDir), cdiapi.WithAutoRefresh(false)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNewWriterRemovesStaleTemps: temporary specs a crash left between write and rename are
+// removed when the next process starts; other files in the directory are not touched.
+func TestNewWriterRemovesStaleTemps(t *testing.T) {
+	o := testOptions(t)
+	if err := os.MkdirAll(o.SpecDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(o.SpecDir, "."+testDriver+"-claim_"+claimUID+".json.123456.tmp")
+	keep := []string{
+		filepath.Join(o.SpecDir, "."+"other.vendor-claim_"+claimUID+".json.1.tmp"), // another driver's
+		filepath.Join(o.SpecDir, testDriver+"-claim_"+claimUID2+".json"),           // a spec
+		filepath.Join(o.SpecDir, "nvidia.yaml"),
+	}
+	for _, p := range append(keep, stale) {
+		if err := os.WriteFile(p, []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := NewWriter(o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale temporary spec still there: %v", err)
+	}
+	for _, p := range keep {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was touched: %v", p, err)
+		}
 	}
 }

@@ -68,6 +68,8 @@ type Deps struct {
 	Paths      PathSelector
 	// NewUUID mints per-claim register UUIDs (canonical lower-case).
 	NewUUID func() string
+	// Quarantine receives the claims recovery cannot restore; one is made when nil.
+	Quarantine *Quarantine
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 	// PCIeRoot resolves a GPU's PCI bus ID to the standard pcieRoot attribute (on real nodes
@@ -110,6 +112,9 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	if d.now == nil {
 		d.now = time.Now
 	}
+	if d.deps.Quarantine == nil {
+		d.deps.Quarantine = NewQuarantine(nil)
+	}
 	for _, g := range deps.Devices {
 		d.byName[DeviceName(g.Index)] = g
 	}
@@ -120,6 +125,11 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 // claims get their missing claim directories and CDI specs back (a reboot empties /var/run/cdi),
 // claims left in PrepareStarted by a crash are rolled back (the kubelet prepares them again), and
 // claim directories that no checkpoint entry owns are removed.
+//
+// A claim that cannot be restored (or rolled back) is quarantined with the reason, logged and
+// counted, and the others are served: one bad claim must not make the plugin crash-loop and
+// strand every claim of the node. Only what concerns the whole node — recording the boot ID,
+// listing the claim directories — fails recovery.
 func (d *Driver) Recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	snap := d.deps.Checkpoint.Snapshot()
@@ -134,25 +144,25 @@ func (d *Driver) Recover(ctx context.Context) error {
 			return fmt.Errorf("record boot ID in checkpoint: %w", err)
 		}
 	}
-	var errs []error
 	for uid, claim := range snap.Claims {
+		var err error
 		switch claim.State {
 		case checkpoint.PrepareCompleted:
-			if err := d.ensureFiles(uid, claim); err != nil {
-				errs = append(errs, fmt.Errorf("restore files of claim %s/%s (%s): %w", claim.Namespace, claim.Name, uid, err))
+			if err = d.ensureFiles(uid, claim); err != nil {
+				err = fmt.Errorf("restore files of claim %s/%s (%s): %w", claim.Namespace, claim.Name, uid, err)
 			}
 		default:
 			logger.Info("Rolling back a claim whose preparation did not complete", "claim", klog.KRef(claim.Namespace, claim.Name), "uid", uid)
-			if err := d.unprepareOne(uid); err != nil {
-				errs = append(errs, err)
-			}
+			err = d.unprepareOne(uid)
+		}
+		if err != nil {
+			logger.Error(err, "Quarantining a claim that recovery could not restore; the other claims are served", "claim", klog.KRef(claim.Namespace, claim.Name), "uid", uid)
+			d.deps.Quarantine.set(uid, err)
 		}
 	}
-	if err := d.removeOrphanDirs(logger); err != nil {
-		errs = append(errs, err)
-	}
+	err := d.removeOrphanDirs(logger)
 	d.updateGauges()
-	return errors.Join(errs...)
+	return err
 }
 
 func (d *Driver) removeOrphanDirs(logger klog.Logger) error {

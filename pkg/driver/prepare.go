@@ -59,6 +59,7 @@ func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClai
 		if err := d.ensureFiles(uid, prepared); err != nil {
 			return nil, fmt.Errorf("re-create files of prepared claim %s: %w", klog.KObj(claim), err)
 		}
+		d.deps.Quarantine.clear(uid) // restored
 		if err := d.deps.Checkpoint.SetReservedFor(uid, reservedFor); err != nil {
 			return nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record reservedFor of claim %s: %w", klog.KObj(claim), err)}
 		}
@@ -119,6 +120,12 @@ func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClai
 		return nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s as started: %w", klog.KObj(claim), err)}
 	}
 	if err := d.ensureFiles(uid, prepared); err != nil {
+		// Roll back what was made (a full disk, a read-only file system): the checkpoint must
+		// not keep a PrepareStarted claim, nor the disk its half-written files, until the next
+		// restart; the kubelet's retry starts from scratch.
+		if rbErr := d.unprepareOne(uid); rbErr != nil {
+			logger.Error(rbErr, "Rolling back a failed preparation failed; start-up recovery retries it", "claim", klog.KObj(claim))
+		}
 		return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
 	}
 	prepared.State = checkpoint.PrepareCompleted

@@ -45,6 +45,7 @@ func (d *Driver) unprepareOne(uid string) error {
 		return fmt.Errorf("remove directory of claim %s: %w", uid, err)
 	}
 	if _, ok := d.deps.Checkpoint.Get(uid); !ok {
+		d.deps.Quarantine.clear(uid)
 		return nil
 	}
 	if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
@@ -53,5 +54,6 @@ func (d *Driver) unprepareOne(uid string) error {
 	}); err != nil {
 		return fmt.Errorf("remove claim %s from checkpoint: %w", uid, err)
 	}
+	d.deps.Quarantine.clear(uid)
 	return nil
 }

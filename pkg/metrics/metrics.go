@@ -30,6 +30,8 @@ type Metrics struct {
 	UnprepareErrors   *metrics.CounterVec
 	PreparedClaims    *metrics.Gauge
 	PublishedDevices  *metrics.Gauge
+	// QuarantinedClaims are prepared claims that start-up recovery could not restore.
+	QuarantinedClaims *metrics.Gauge
 }
 
 // New creates the metrics on reg (component.NewMetricsRegistry: one registry per instance).
@@ -69,8 +71,13 @@ func New(reg metrics.KubeRegistry) *Metrics {
 			Help:           "Devices published in this node's ResourceSlices.",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		QuarantinedClaims: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: Namespace, Name: "quarantined_claims",
+			Help:           "Prepared ResourceClaims whose files start-up recovery could not restore; their Prepare and containers fail with the reason until a Prepare restores them.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 	}
 	m.Registry.MustRegister(m.PrepareDuration, m.UnprepareDuration, m.PrepareErrors,
-		m.UnprepareErrors, m.PreparedClaims, m.PublishedDevices)
+		m.UnprepareErrors, m.PreparedClaims, m.PublishedDevices, m.QuarantinedClaims)
 	return m
 }

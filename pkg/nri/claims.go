@@ -30,8 +30,11 @@ type Claim struct {
 	// ReservedFor are the pod UIDs recorded at Prepare (or refreshed since).
 	ReservedFor []string `json:"reservedFor"`
 	// CommonCDIDevice is the qualified ID of the claim-common CDI device ("<claimUID>-common").
-	CommonCDIDevice string   `json:"commonCDIDevice"`
-	Results         []Result `json:"results"`
+	CommonCDIDevice string `json:"commonCDIDevice"`
+	// Quarantined says why start-up recovery could not restore the claim's files; its
+	// containers fail with that reason until a Prepare restores them.
+	Quarantined string   `json:"quarantined,omitempty"`
+	Results     []Result `json:"results"`
 }
 
 // Result is one allocation result of a claim.

@@ -91,6 +91,9 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	if claim.Path != contract.PathNRI {
 		return nil, reject(contract.RejectWrongPath, "claim %s was prepared on the %s path", claimRef(claim), claim.Path)
 	}
+	if claim.Quarantined != "" {
+		return nil, fmt.Errorf("claim %s could not be restored when the plugin started (%s); the container fails until a Prepare of the claim restores it", claimRef(claim), claim.Quarantined)
+	}
 	devices := cdiDevices(ctr)
 	if len(devices) > 0 {
 		if err := checkCollisions(p.cfg.DriverName, p.claims, devices); err != nil {

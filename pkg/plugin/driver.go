@@ -22,12 +22,13 @@ const perClaimPath = contract.PathPerClaim
 
 // driverParts are what the driver is built from, made by the steps before it.
 type driverParts struct {
-	devices   []gpu.Device
-	store     *checkpoint.Store
-	metrics   *metrics.Metrics
-	paths     driver.PathSelector
-	simulated bool
-	bootID    string
+	devices    []gpu.Device
+	store      *checkpoint.Store
+	metrics    *metrics.Metrics
+	paths      driver.PathSelector
+	simulated  bool
+	bootID     string
+	quarantine *driver.Quarantine
 }
 
 // newDriver installs libvgpu.so into the state dir (VGPUSupport), builds the CDI writer and
@@ -66,6 +67,7 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 	}, driver.Deps{
 		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
 		Paths: parts.paths, PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
+		Quarantine: parts.quarantine,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build the driver: %w", err)

@@ -2,9 +2,11 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -76,8 +78,11 @@ func (p *Plugin) NRI() *nri.Supervisor {
 // checkpointClaims answers the NRI plugin's questions from the checkpoint and, on a
 // reservedFor miss, from the API server.
 type checkpointClaims struct {
-	store *checkpoint.Store
-	kube  kubernetes.Interface
+	store      *checkpoint.Store
+	kube       kubernetes.Interface
+	quarantine *driver.Quarantine
+	// recorder writes a re-read reservedFor to the checkpoint off the hook's path.
+	recorder *reservedForRecorder
 }
 
 var _ nri.Claims = checkpointClaims{}
@@ -87,7 +92,11 @@ func (c checkpointClaims) Prepared(claimUID string) (nri.Claim, bool) {
 	if !ok {
 		return nri.Claim{}, false
 	}
-	return toNRIClaim(claimUID, cp), true
+	claim := toNRIClaim(claimUID, cp)
+	if err := c.quarantine.Reason(claimUID); err != nil {
+		claim.Quarantined = err.Error()
+	}
+	return claim, true
 }
 
 func (c checkpointClaims) List() []nri.Claim {
@@ -115,10 +124,48 @@ func (c checkpointClaims) ReservedFor(ctx context.Context, claimUID string) ([]s
 		return nil, nil // deleted and re-created: not the prepared claim any more
 	}
 	pods := driver.ReservedPods(claim)
-	if err := c.store.SetReservedFor(claimUID, pods); err != nil {
-		klog.FromContext(ctx).Error(err, "Recording reservedFor in the checkpoint failed", "claim", klog.KObj(claim))
-	}
+	c.recorder.record(claimUID, pods)
 	return pods, nil
+}
+
+// reservedForRecorder writes re-read reservedFor lists to the checkpoint in the background:
+// the read answers a CreateContainer that the runtime times out after 2 s, and an fsync'd
+// checkpoint write (waiting on a group commit, or on a slow disk) must not count against that.
+// The record only spares the next container of the pod a read, so it may lag; the newest list
+// of a claim is written last (writes are serialised, and a flush takes the newest pending).
+type reservedForRecorder struct {
+	set    func(claimUID string, pods []string) error
+	logger klog.Logger
+
+	mu      sync.Mutex
+	pending map[string][]string
+	writeMu sync.Mutex
+}
+
+func newReservedForRecorder(store *checkpoint.Store, logger klog.Logger) *reservedForRecorder {
+	return &reservedForRecorder{set: store.SetReservedFor, logger: logger, pending: map[string][]string{}}
+}
+
+func (r *reservedForRecorder) record(claimUID string, pods []string) {
+	r.mu.Lock()
+	r.pending[claimUID] = pods
+	r.mu.Unlock()
+	go r.flush(claimUID)
+}
+
+func (r *reservedForRecorder) flush(claimUID string) {
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	r.mu.Lock()
+	pods, ok := r.pending[claimUID]
+	delete(r.pending, claimUID)
+	r.mu.Unlock()
+	if !ok {
+		return // a flush before this one wrote the newest list
+	}
+	if err := r.set(claimUID, pods); err != nil && !errors.Is(err, checkpoint.ErrNotPrepared) {
+		r.logger.Error(err, "Recording reservedFor in the checkpoint failed; the next container of the pod reads the claim again", "claim", claimUID)
+	}
 }
 
 // toNRIClaim converts a checkpoint record. Every result's CDI device IDs are, in order, its

@@ -114,15 +114,19 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	if p.store, err = checkpoint.Open(cfg.CheckpointPath()); err != nil {
 		return nil, err
 	}
+	quarantine := driver.NewQuarantine(func(n int) { p.metrics.QuarantinedClaims.Set(float64(n)) })
 	if cfg.NRI {
-		p.nri = newNRISide(cfg, layout, checkpointClaims{store: p.store, kube: deps.KubeClient}, p.metrics)
+		p.nri = newNRISide(cfg, layout, checkpointClaims{
+			store: p.store, kube: deps.KubeClient, quarantine: quarantine,
+			recorder: newReservedForRecorder(p.store, logger.WithName("nri")),
+		}, p.metrics)
 	}
 	bootID := deps.BootID
 	if bootID == "" {
 		bootID = readBootID()
 	}
 	if p.driver, err = newDriver(ctx, cfg, layout, driverParts{
-		devices: devices, store: p.store, metrics: p.metrics, paths: p.claimPaths(),
+		devices: devices, store: p.store, metrics: p.metrics, paths: p.claimPaths(), quarantine: quarantine,
 		simulated: isSimulated(p.gpus), bootID: bootID,
 	}); err != nil {
 		return nil, err

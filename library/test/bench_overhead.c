@@ -1,7 +1,9 @@
 /* make bench: added cost of libvgpu per call, against the fake driver called directly in
  * the same process and run (targets: <= 50 ns per launch without a limit, <= 100 ns with
- * a core limit, <= 5 us per cuMemAlloc/cuMemFree pair), and the core limit measured end
- * to end (wall clock, fake GPU) at 30 % and 60 %.
+ * a core limit, <= 5 us per cuMemAlloc/cuMemFree pair); the library's start-up (the first
+ * cuInit, which decides the mode, registers, reads pids.config and opens the ledger) in
+ * fresh processes against the same cuInit without the library; and the core limit
+ * measured end to end (wall clock, fake GPU) at 30 % and 60 %.
  *
  * Without arguments it is the driver: sets up a container root and the scripted registry,
  * re-runs itself preloaded in each mode, prints a summary. */
@@ -70,6 +72,15 @@ static double time_alloc(alloc_fn a, free_fn f, long n)
 /* Preloaded child: measure one mode. */
 static int measure(const char *mode)
 {
+	if (strcmp(mode, "startup") == 0) {
+		double t0 = now_ns();
+		CUresult r = cuInit(0);
+		double t1 = now_ns();
+		if (r != CUDA_SUCCESS)
+			return 2;
+		printf("%.0f\n", t1 - t0);
+		return 0;
+	}
 	CUcontext ctx;
 	if (cuInit(0) != CUDA_SUCCESS || cuCtxCreate_v2(&ctx, 0, 0) != CUDA_SUCCESS)
 		return 2;
@@ -160,6 +171,27 @@ static int run_child(const char *self, const char *preload, char *const argv[], 
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Median of the first cuInit over fresh processes. Returns 0 on failure. */
+static double startup_median(const char *self, const char *preload, const char *const env[])
+{
+	enum { RUNS = 31 };
+	double v[RUNS];
+	for (int i = 0; i < RUNS; i++) {
+		char out[64];
+		char *args[] = { (char *)self, "measure", "startup", NULL };
+		if (run_child(self, preload, args, env, out, sizeof(out)) != 0 || sscanf(out, "%lf", &v[i]) != 1)
+			return 0;
+	}
+	qsort(v, RUNS, sizeof(v[0]), cmp_double);
+	return v[RUNS / 2];
+}
+
 static void reset_fake(void)
 {
 	char path[128];
@@ -209,6 +241,25 @@ int main(int argc, char **argv)
 			rc = 1;
 		printf("%-38s %12.1f %12.1f %12.1f %8.2f %10.0f\n", modes[i].label, d, h, h - d, d > 0 ? h / d : 0,
 		       modes[i].target);
+	}
+
+	printf("\n%-38s %12s %12s %12s\n", "start-up (first cuInit, median of 31)", "driver us", "hooked us",
+	       "added us");
+	struct { const char *label; const char *env[3]; } starts[] = {
+		{ "no limit (pass-through)", { NULL } },
+		{ "memory limit (register, ledger)", { "CUDA_MEM_LIMIT_0=4096m", NULL } },
+	};
+	reset_fake();
+	const char *none[] = { NULL };
+	double base = startup_median(argv[0], "", none);
+	for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++) {
+		double h = startup_median(argv[0], LIBVGPU_TEST, starts[i].env);
+		if (base <= 0 || h <= 0) {
+			printf("%-38s failed\n", starts[i].label);
+			rc = 1;
+			continue;
+		}
+		printf("%-38s %12.1f %12.1f %12.1f\n", starts[i].label, base / 1e3, h / 1e3, (h - base) / 1e3);
 	}
 
 	printf("\ncore limit end to end (fake GPU, 1 ms kernels, 12 s run, wall clock; steady state = after 4 s):\n");

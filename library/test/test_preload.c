@@ -3,12 +3,14 @@
  * vgpu.config the plugin would write, and the env the plugin injects (which the library
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
- *                 envignored|noconfig|index16> */
+ *                 envignored|noconfig|index16|pidns|crashcreate|fork> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -154,21 +156,68 @@ static char **build_env(struct root *r, const char *preload, const char *const *
 	return env;
 }
 
-static pid_t spawn(struct root *r, const char *preload, char *const argv[], const char *const *extra, const char *tag)
+/* Starts argv with the container's env, stdout/stderr to <tag>.out/.err. With pidns it runs
+ * in a PID namespace of its own, as PID 1 there (like a container's first process): the
+ * forked child unshares, forks the program and passes its exit status on; *target is the
+ * program's PID as this test sees it (what to SIGKILL). */
+static pid_t spawn_in(struct root *r, const char *preload, char *const argv[], const char *const *extra,
+		      const char *tag, int pidns, pid_t *target)
 {
 	char **env = build_env(r, preload, extra);
 	char out[256], err[256];
 	snprintf(out, sizeof(out), "%s/%s.out", r->dir, tag);
 	snprintf(err, sizeof(err), "%s/%s.err", r->dir, tag);
+	int tell[2];
+	if (pipe(tell) != 0)
+		return -1;
 	pid_t pid = fork();
 	if (pid == 0) {
+		close(tell[0]);
 		int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
 			_exit(126);
+		pid_t self = getpid();
+		if (pidns) {
+			if (unshare(CLONE_NEWPID) != 0) {
+				fprintf(stderr, "unshare(CLONE_NEWPID): %s\n", strerror(errno));
+				_exit(125);
+			}
+			pid_t inner = fork();
+			if (inner < 0)
+				_exit(125);
+			if (inner > 0) {
+				if (write(tell[1], &inner, sizeof(inner)) != sizeof(inner))
+					_exit(125);
+				int st;
+				if (waitpid(inner, &st, 0) != inner)
+					_exit(125);
+				if (WIFSIGNALED(st))
+					raise(WTERMSIG(st) == SIGKILL ? SIGKILL : SIGTERM);
+				_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 125);
+			}
+			/* the program dies with its parent (the test kills the program itself) */
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+				_exit(125);
+		} else if (write(tell[1], &self, sizeof(self)) != sizeof(self)) {
+			_exit(125);
+		}
+		close(tell[1]);
 		execve(argv[0], argv, env);
 		_exit(127);
 	}
+	close(tell[1]);
+	pid_t prog = -1;
+	if (pid < 0 || read(tell[0], &prog, sizeof(prog)) != sizeof(prog))
+		prog = -1;
+	close(tell[0]);
+	if (target != NULL)
+		*target = prog;
 	return pid;
+}
+
+static pid_t spawn(struct root *r, const char *preload, char *const argv[], const char *const *extra, const char *tag)
+{
+	return spawn_in(r, preload, argv, extra, tag, 0, NULL);
 }
 
 static void slurp(const char *path, char *buf, size_t cap)
@@ -191,17 +240,28 @@ static void collect(struct root *r, const char *tag, struct run *res)
 	slurp(path, res->err, sizeof(res->err));
 }
 
-static void run(struct root *r, const char *preload, char *const argv[], const char *const *extra, struct run *res)
+static void finish(struct root *r, pid_t pid, const char *tag, struct run *res)
 {
-	static int seq;
-	char tag[32];
-	snprintf(tag, sizeof(tag), "run%d", seq++);
-	pid_t pid = spawn(r, preload, argv, extra, tag);
 	int st = 0;
 	if (waitpid(pid, &st, 0) != pid)
 		st = -1;
 	res->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 	collect(r, tag, res);
+}
+
+static void run_in(struct root *r, const char *preload, char *const argv[], const char *const *extra, int pidns,
+		   struct run *res)
+{
+	static int seq;
+	char tag[32];
+	snprintf(tag, sizeof(tag), "run%d", seq++);
+	pid_t pid = spawn_in(r, preload, argv, extra, tag, pidns, NULL);
+	finish(r, pid, tag, res);
+}
+
+static void run(struct root *r, const char *preload, char *const argv[], const char *const *extra, struct run *res)
+{
+	run_in(r, preload, argv, extra, 0, res);
 }
 
 #define PROBE(...) ((char *const[]){ PROBE_BIN, __VA_ARGS__, NULL })
@@ -698,6 +758,87 @@ static void test_index16(void)
 	root_teardown(&r);
 }
 
+/* Two containers of one claim (per-claim path) share the ledger but not a PID namespace:
+ * each process here is PID 1 in a namespace of its own. Together they stay within the limit,
+ * and a SIGKILLed one's usage is reclaimed. */
+static void test_pidns(void)
+{
+	if (geteuid() != 0) {
+		CHECK(0, "separate PID namespaces need root (unshare(CLONE_NEWPID))");
+		return;
+	}
+	struct root r;
+	root_setup(&r, "OK");
+	pid_t holder;
+	const char *tag[] = { "nsholder" };
+	pid_t outer = spawn_in(&r, LIBVGPU_TEST, PROBE("hold", "200"), NULL, tag[0], 1, &holder);
+	int dummy;
+	CHECK(outer > 0 && holder > 0 && wait_lines(&r, tag, 1, "held", &dummy) == 0, "holder did not allocate");
+	struct run res;
+	collect(&r, tag[0], &res);
+	CHECK(strstr(res.out, "pid 1\n") && strstr(res.out, "alloc 200 MiB = 0"), "holder: %s%s", res.out, res.err);
+	run_in(&r, LIBVGPU_TEST, PROBE("alloc", "100", "56"), NULL, 1, &res);
+	CHECK_STR_CONTAINS(res.out, "pid 1\n"); /* the same PID number as the holder */
+	CHECK_STR_CONTAINS(res.out, "alloc 100 MiB = 2"); /* 200 held by the other namespace: over 256 */
+	CHECK_STR_CONTAINS(res.out, "alloc 56 MiB = 0");  /* exactly the rest */
+	CHECK(kill(holder, SIGKILL) == 0, "kill the holder: %s", strerror(errno));
+	int st;
+	CHECK(waitpid(outer, &st, 0) == outer && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "holder status %d", st);
+	run_in(&r, LIBVGPU_TEST, PROBE("alloc", "256"), NULL, 1, &res);
+	CHECK(strstr(res.out, "alloc 256 MiB = 0"), "the killed holder's 200 MiB were not reclaimed: %s%s", res.out, res.err);
+	root_teardown(&r);
+}
+
+/* SIGKILL at each step of creating the ledger and the core-limit file (test hook
+ * VGPU_TEST_CRASH_AT=<file>:<step>, libvgpu-test.so only): the next process still gets a
+ * working ledger and limit, and the creation's temporary files do not pile up. */
+static void test_crashcreate(void)
+{
+	static const char *const files[] = { "ledger.v2", "core.v2" };
+	static const char *const steps[] = { "created", "sized", "initialised", "linked" };
+	for (size_t f = 0; f < 2; f++) {
+		for (size_t k = 0; k < 4; k++) {
+			struct root r;
+			root_setup_config(&r, "OK", CFG_NRI CFG_GPU0(268435456, 50));
+			char at[64], what[64];
+			snprintf(at, sizeof(at), "VGPU_TEST_CRASH_AT=%s:%s", files[f], steps[k]);
+			snprintf(what, sizeof(what), "%s:%s", files[f], steps[k]);
+			const char *env[] = { at, NULL };
+			struct run res;
+			run(&r, LIBVGPU_TEST, PROBE("alloc", "200"), env, &res);
+			CHECK(res.status == 128 + SIGKILL, "%s: the creating process was not killed there (exit %d)", what,
+			      res.status);
+			run(&r, LIBVGPU_TEST, PROBE("alloc", "200", "57"), NULL, &res);
+			CHECK(strstr(res.out, "alloc 200 MiB = 0") && strstr(res.out, "alloc 57 MiB = 2"),
+			      "%s: the next process: %s%s", what, res.out, res.err);
+			const char *dir = f == 0 ? "/tmp/.vmem_node" : "/tmp/.vgpu_lock";
+			char tmp_prefix[64];
+			snprintf(tmp_prefix, sizeof(tmp_prefix), "%s.tmp", files[f]);
+			if (k < 3) /* killed before the link: the next creator removed the leftover */
+				CHECK(count_files(&r, dir, tmp_prefix) == 0, "%s: temporary files left in %s", what, dir);
+			CHECK_EQ_INT(count_files(&r, dir, files[f]) - count_files(&r, dir, tmp_prefix), 1);
+			root_teardown(&r);
+		}
+	}
+}
+
+/* A forked child takes a slot of its own: what it held is given back when it exits, and the
+ * parent's own reservation is untouched. */
+static void test_fork(void)
+{
+	struct root r;
+	root_setup(&r, "OK");
+	struct run res;
+	run(&r, LIBVGPU_TEST, PROBE("fork", "100", "100", "156"), NULL, &res);
+	CHECK_STR_CONTAINS(res.out, "parent alloc 100 MiB = 0");
+	CHECK_STR_CONTAINS(res.out, "child alloc 100 MiB = 0");
+	CHECK_STR_CONTAINS(res.out, "parent alloc 156 MiB = 0");
+	run(&r, LIBVGPU_TEST, PROBE("fork", "200", "100", "57"), NULL, &res);
+	CHECK_STR_CONTAINS(res.out, "child alloc 100 MiB = 2"); /* the parent's 200 count in the child */
+	CHECK_STR_CONTAINS(res.out, "parent alloc 57 MiB = 2");
+	root_teardown(&r);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
@@ -705,6 +846,7 @@ int main(int argc, char **argv)
 		{ "interposer", test_interposer }, { "exact", test_exact }, { "sigkill", test_sigkill },
 		{ "reconcile", test_reconcile }, { "prodlib", test_prodlib }, { "corelimit", test_corelimit },
 		{ "envignored", test_envignored }, { "noconfig", test_noconfig }, { "index16", test_index16 },
+		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -261,8 +261,11 @@ uint64_t vgpu_ledger_reconciled_ns(const struct vgpu_ledger *l, int dev)
 
 void vgpu_ledger_forget(struct vgpu_ledger *l)
 {
-	struct vgpu_shm shm = { .fd = l->fd, .map = l->map };
-	vgpu_shm_close(&ledger_spec, &shm);
+	/* Only an opened ledger has a descriptor: a zeroed one's fd 0 is the application's stdin. */
+	if (l->map != NULL) {
+		struct vgpu_shm shm = { .fd = l->fd, .map = l->map };
+		vgpu_shm_close(&ledger_spec, &shm);
+	}
 	memset(l, 0, sizeof(*l));
 	l->fd = -1;
 	l->my_slot = -1;

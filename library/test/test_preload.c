@@ -3,7 +3,7 @@
  * vgpu.config the plugin would write, and the env the plugin injects (which the library
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
- *                 envignored|noconfig|index16|pidns|crashcreate|fork> */
+ *                 envignored|noconfig|index16|pidns|crashcreate|fork|stdin> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -839,6 +839,19 @@ static void test_fork(void)
 	root_teardown(&r);
 }
 
+/* The application's descriptors are its own: stdin still reads what it was given after the
+ * library registered and opened its files (it used to close descriptor 0 on the first call). */
+static void test_stdin(void)
+{
+	struct root r;
+	root_setup(&r, "OK");
+	struct run res;
+	run(&r, LIBVGPU_TEST, ((char *const[]){ "/bin/sh", "-c", "echo hello | " PROBE_BIN " stdin", NULL }), NULL, &res);
+	CHECK_STR_CONTAINS(res.out, "alloc = 0");
+	CHECK_STR_CONTAINS(res.out, "stdin: hello\n");
+	root_teardown(&r);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
@@ -846,7 +859,7 @@ int main(int argc, char **argv)
 		{ "interposer", test_interposer }, { "exact", test_exact }, { "sigkill", test_sigkill },
 		{ "reconcile", test_reconcile }, { "prodlib", test_prodlib }, { "corelimit", test_corelimit },
 		{ "envignored", test_envignored }, { "noconfig", test_noconfig }, { "index16", test_index16 },
-		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork },
+		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork }, { "stdin", test_stdin },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

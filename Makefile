@@ -7,7 +7,7 @@ GO_PACKAGES := ./...
 # Short: unix socket paths in tests must stay under ~100 bytes.
 export TMPDIR ?= /tmp
 
-.PHONY: all build test-deps test test-go test-tools test-library test-library-asan lint fuzz bench bench-go bench-library clean
+.PHONY: all build test-deps test test-go test-tools test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz bench bench-go bench-library clean
 .PHONY: cluster-bins cluster-up cluster-down e2e demo
 
 all: build
@@ -33,17 +33,28 @@ test-tools:
 	cd hack/tools && $(GO) test -count=1 ./...
 
 LIBRARY_BUILD := $(OUTPUT)/library
+LIBRARY_DEBUG_BUILD := $(OUTPUT)/library-debug
 LIBRARY_ASAN_BUILD := $(OUTPUT)/library-asan
 
-test-library:
-	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build $(LIBRARY_BUILD) -j2
-	ctest --test-dir $(LIBRARY_BUILD) --output-on-failure
+# library_ctest <build dir> <cmake options>: configure, build, run the library's CTest.
+define library_ctest
+	cmake -S library -B $(1) $(2)
+	cmake --build $(1) -j2
+	ctest --test-dir $(1) --output-on-failure
+endef
+
+# Every supported build type: RelWithDebInfo (what ships) and Debug (-O0: no inlined libm,
+# no optimiser hiding a missing symbol), then ASan + UBSan.
+test-library: test-library-relwithdebinfo test-library-debug
+
+test-library-relwithdebinfo:
+	$(call library_ctest,$(LIBRARY_BUILD),-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+
+test-library-debug:
+	$(call library_ctest,$(LIBRARY_DEBUG_BUILD),-DCMAKE_BUILD_TYPE=Debug)
 
 test-library-asan:
-	cmake -S library -B $(LIBRARY_ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVGPU_SANITIZE=ON
-	cmake --build $(LIBRARY_ASAN_BUILD) -j2
-	ctest --test-dir $(LIBRARY_ASAN_BUILD) --output-on-failure
+	$(call library_ctest,$(LIBRARY_ASAN_BUILD),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DVGPU_SANITIZE=ON)
 
 ## lint: gofmt, go vet, go.mod/go.sum tidy (product and hack/tools), README package map up to date.
 lint:

@@ -34,41 +34,51 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# One visible GPU (index 0), limited; NVML PIDs are host PIDs here (offset 0).
-vgpu_env=(LD_PRELOAD="$lib" VGPU_TEST_ROOT="$root" CUDA_VISIBLE_DEVICES=0 MANAGER_VISIBLE_DEVICE_0="$uuid"
-	VGPU_POD_UID=0b7a2c6e-1f7e-4c9e-9d2a-3f1e5b6c7d8e VGPU_CONTAINER_NAME=gpu-check)
+# One visible GPU (index 0); NVML PIDs are host PIDs here (offset 0). Its limits come from
+# vgpu.config, as the plugin writes it (contract §4): config <memory bytes> <core percent>.
+vgpu_env=(LD_PRELOAD="$lib" VGPU_TEST_ROOT="$root" CUDA_VISIBLE_DEVICES=0)
+config() {
+	printf 'version 1\npod 0b7a2c6e-1f7e-4c9e-9d2a-3f1e5b6c7d8e\ncontainer gpu-check\ngpu 0 %s %s %s\n' \
+		"$uuid" "$1" "$2" >"$root/etc/vgpu-dra/config/vgpu.config"
+}
 fail=0
 expect() { # expect <what> <output> <text>
 	if grep -qF -- "$3" <<<"$2"; then echo "ok   $1"; else echo "FAIL $1: wanted '$3' in:"; echo "$2"; fail=1; fi
 }
 
 echo "== memory limit ${limit_mib} MiB on $uuid"
-out=$(env "${vgpu_env[@]}" CUDA_MEM_LIMIT_0=${limit_mib}m "$check" info $limit_mib)
+config $((limit_mib << 20)) 0
+out=$(env "${vgpu_env[@]}" "$check" info $limit_mib)
 echo "$out"
 expect "cuMemGetInfo reports the limit" "$out" "total ${limit_mib} MiB"
 expect "allocation over the limit refused" "$out" "alloc limit+1MiB: 2"
 expect "allocation within the limit" "$out" "alloc limit/2: 0"
 expect "NVML reports the limit" "$out" "nvmlDeviceGetMemoryInfo: total ${limit_mib} MiB"
 
-echo "== refusal without the container directories"
-out=$(env "${vgpu_env[@]}" VGPU_TEST_ROOT=/nonexistent CUDA_MEM_LIMIT_0=${limit_mib}m "$check" info $limit_mib 2>&1)
+echo "== refusal without the container's configuration"
+out=$(env "${vgpu_env[@]}" VGPU_TEST_ROOT=/nonexistent "$check" info $limit_mib 2>&1)
 expect "cuInit refused with a message" "$out" "refusing to run CUDA"
 
 echo "== overhead (best of 5; the driver alone vs preloaded)"
 base=$(CUDA_VISIBLE_DEVICES=0 "$check" launch 200000 | sed -n 's/launch_ns=//p')
+config 0 0
 nolim=$(env "${vgpu_env[@]}" "$check" launch 200000 | sed -n 's/launch_ns=//p')
-core=$(env "${vgpu_env[@]}" CUDA_CORE_LIMIT_0=99 "$check" launch 200000 | sed -n 's/launch_ns=//p')
+config 0 99
+core=$(env "${vgpu_env[@]}" "$check" launch 200000 | sed -n 's/launch_ns=//p')
 abase=$(CUDA_VISIBLE_DEVICES=0 "$check" alloc 20000 | sed -n 's/alloc_pair_ns=//p')
-amem=$(env "${vgpu_env[@]}" CUDA_MEM_LIMIT_0=${limit_mib}m "$check" alloc 20000 | sed -n 's/alloc_pair_ns=//p')
+config $((limit_mib << 20)) 0
+amem=$(env "${vgpu_env[@]}" "$check" alloc 20000 | sed -n 's/alloc_pair_ns=//p')
 awk -v b="$base" -v n="$nolim" -v c="$core" -v ab="$abase" -v am="$amem" 'BEGIN {
 	printf "cuLaunchKernel: driver %.0f ns, no limit +%.0f ns (target 50), core limit +%.0f ns (target 100)\n", b, n-b, c-b
 	printf "cuMemAlloc+cuMemFree: driver %.0f ns, memory limit +%.0f ns (target 5000)\n", ab, am-ab }'
 
 echo "== core limit (spinning kernel, 10 s each; utilisation = kernels/s relative to unlimited)"
 cycles=${SPIN_CYCLES:-1000000}
+config 0 0
 full=$(env "${vgpu_env[@]}" "$check" spin 5 "$cycles" | sed -n 's/kernels_per_s=//p')
 for target in 30 60; do
-	got=$(env "${vgpu_env[@]}" CUDA_CORE_LIMIT_0=$target "$check" spin 10 "$cycles" | sed -n 's/kernels_per_s=//p')
+	config 0 $target
+	got=$(env "${vgpu_env[@]}" "$check" spin 10 "$cycles" | sed -n 's/kernels_per_s=//p')
 	awk -v f="$full" -v g="$got" -v t="$target" 'BEGIN {
 		u = 100 * g / f; printf "target %d%%: %.1f%% (error %+.1f pp, includes start-up)\n", t, u, u - t }'
 done

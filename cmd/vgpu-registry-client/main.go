@@ -2,7 +2,8 @@
 // does (contract §5) and prints the answer and pids.config: a debugging aid, run inside a
 // vGPU container (or on the host with --socket and --pids-config).
 //
-//	vgpu-registry-client                          # identity from VGPU_POD_UID, VGPU_CONTAINER_NAME, MANAGER_CLIENT_REGISTER_UUID
+//	vgpu-registry-client                          # identity from /etc/vgpu-dra/config/vgpu.config, as the library takes it
+//	                                              # (env VGPU_POD_UID, VGPU_CONTAINER_NAME, MANAGER_CLIENT_REGISTER_UUID where there is no file)
 //	vgpu-registry-client --pod-uid U --container-name app --socket /var/lib/vgpu-dra/registry/registry.sock
 //	vgpu-registry-client --register-uuid U --once
 //
@@ -29,12 +30,32 @@ func main() {
 		once   = flag.Bool("once", false, "one attempt, no retries")
 		budget = flag.Duration("budget", contract.RegistryClientBudget, "retry budget from the first connect attempt")
 	)
-	flag.StringVar(&req.PodUID, "pod-uid", os.Getenv(contract.EnvPodUID), "pod UID (NRI path)")
-	flag.StringVar(&req.ContainerName, "container-name", os.Getenv(contract.EnvContainerName), "container name (NRI path)")
-	flag.StringVar(&req.RegisterUUID, "register-uuid", os.Getenv(contract.EnvRegisterUUID), "register UUID (per-claim path)")
+	id := defaultIdentity(filepath.Join(contract.ContainerConfigDir, contract.ContainerConfigName))
+	flag.StringVar(&req.PodUID, "pod-uid", id.PodUID, "pod UID (NRI path); default from vgpu.config")
+	flag.StringVar(&req.ContainerName, "container-name", id.ContainerName, "container name (NRI path); default from vgpu.config")
+	flag.StringVar(&req.RegisterUUID, "register-uuid", id.RegisterUUID, "register UUID (per-claim path); default from vgpu.config")
 	flag.StringVar(&req.ClientVersion, "client-version", "vgpu-registry-client", "client_version sent")
 	flag.Parse()
 	os.Exit(run(req, *socket, *pids, *once, *budget))
+}
+
+// defaultIdentity is the identity the library registers with: vgpu.config's (contract §4a; the
+// library never takes it from env), else the env's, for a host or an older container. With a
+// register UUID the per-claim identity is used alone, as the library does.
+func defaultIdentity(configPath string) contract.ContainerConfig {
+	id := contract.ContainerConfig{PodUID: os.Getenv(contract.EnvPodUID), ContainerName: os.Getenv(contract.EnvContainerName), RegisterUUID: os.Getenv(contract.EnvRegisterUUID)}
+	if data, err := os.ReadFile(configPath); err == nil {
+		c, err := contract.ParseContainerConfig(data)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "warning: %v; the identity comes from env\n", err)
+			return id
+		}
+		id = c
+	}
+	if id.RegisterUUID != "" {
+		id.PodUID, id.ContainerName = "", ""
+	}
+	return id
 }
 
 func run(req registry.Request, socket, pidsPath string, once bool, budget time.Duration) int {

@@ -1,20 +1,23 @@
 /* The container's core-limit buckets in /tmp/.vgpu_lock: a small versioned header and one
- * 64-byte bucket per device index, created and initialised once under flock. */
+ * 64-byte bucket per device (by the GPU's position in vgpu.config). Nothing in it is keyed by
+ * a process: the buckets are shared by whoever launches. Created complete under a temporary
+ * name and linked into place (shm_file.h), so a SIGKILL during creation leaves no
+ * half-written file. */
 #ifndef VGPU_CORE_FILE_H
 #define VGPU_CORE_FILE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "core_bucket.h"
-#include "env_config.h"
 
-#define CORE_FILE_NAME "core.v1"
+#define CORE_FILE_NAME "core.v2"
 #define CORE_FILE_MAGIC 0x43504756u /* "VGPC" */
-#define CORE_FILE_VERSION 1u
+#define CORE_FILE_VERSION 2u
 
 struct core_file {
-	uint32_t magic, version, header_size, nbuckets;
+	uint32_t magic, version, header_size, nbuckets; /* magic written last */
 	uint8_t pad[48];
 	struct core_bucket bucket[VGPU_MAX_DEVICES];
 };

@@ -52,101 +52,86 @@ int vgpu_parse_core_limit(const char *s, int *cores)
 	return 0;
 }
 
-static int copy_value(char *dst, size_t cap, const char *src)
+/* The value after "<prefix><decimal index>=", with the index; NULL if var is not one. */
+static const char *indexed(const char *var, const char *prefix, int *index)
 {
-	size_t n = strlen(src);
-	if (n >= cap)
-		return -1;
-	memcpy(dst, src, n + 1);
+	size_t n = strlen(prefix);
+	if (strncmp(var, prefix, n) != 0 || !is_digit(var[n]))
+		return NULL;
+	long v = 0;
+	const char *p = var + n;
+	for (; is_digit(*p); p++) {
+		v = v * 10 + (*p - '0');
+		if (v > 1000000)
+			return NULL;
+	}
+	if (*p != '=')
+		return NULL;
+	*index = (int)v;
+	return p + 1;
+}
+
+static const char *named(const char *var, const char *name)
+{
+	size_t n = strlen(name);
+	return strncmp(var, name, n) == 0 && var[n] == '=' ? var + n + 1 : NULL;
+}
+
+/* Does the set variable var say something else than cfg? */
+static int differs(const struct vgpu_config *cfg, const char *var)
+{
+	int i;
+	const char *v;
+	if ((v = indexed(var, "MANAGER_VISIBLE_DEVICE_", &i)) != NULL) {
+		int pos = vgpu_config_find_index(cfg, i);
+		return pos < 0 ? v[0] != '\0' : strcasecmp(v, cfg->dev[pos].uuid) != 0;
+	}
+	if ((v = indexed(var, "CUDA_MEM_LIMIT_", &i)) != NULL) {
+		int pos = vgpu_config_find_index(cfg, i);
+		uint64_t want = pos < 0 ? 0 : cfg->dev[pos].mem_limit, have = 0;
+		if (v[0] != '\0' && vgpu_parse_mem_limit(v, &have) != 0)
+			return 1;
+		return have != want;
+	}
+	if ((v = indexed(var, "CUDA_CORE_LIMIT_", &i)) != NULL) {
+		int pos = vgpu_config_find_index(cfg, i);
+		int want = pos < 0 ? VGPU_CORE_UNLIMITED : cfg->dev[pos].core_limit, have = VGPU_CORE_UNLIMITED;
+		if (v[0] != '\0' && vgpu_parse_core_limit(v, &have) != 0)
+			return 1;
+		return have != want;
+	}
+	if ((v = named(var, "MANAGER_CLIENT_REGISTER_UUID")) != NULL)
+		return strcmp(v, cfg->register_uuid) != 0;
+	if (cfg->register_uuid[0] != '\0')
+		return 0; /* per-claim path: the NRI identity is not used, whatever an image carries */
+	if ((v = named(var, "VGPU_POD_UID")) != NULL)
+		return strcmp(v, cfg->pod_uid) != 0;
+	if ((v = named(var, "VGPU_CONTAINER_NAME")) != NULL)
+		return strcmp(v, cfg->container_name) != 0;
 	return 0;
 }
 
-static int valid_uuid_text(const char *s)
+int vgpu_env_differences(const struct vgpu_config *cfg, char *const *envp, char *names, size_t len)
 {
-	for (const char *p = s; *p; p++)
-		if (*p <= ' ' || *p > '~')
-			return 0;
-	return 1;
-}
-
-int vgpu_config_parse(struct vgpu_config *cfg, vgpu_getenv_fn get, void *ctx, char *err, size_t errlen)
-{
-	char name[64];
-	memset(cfg, 0, sizeof(*cfg));
-	if (errlen > 0)
-		err[0] = '\0';
-
-	for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
-		struct vgpu_device_cfg *d = &cfg->dev[i];
-		d->core_limit = VGPU_CORE_UNLIMITED;
-		snprintf(name, sizeof(name), "MANAGER_VISIBLE_DEVICE_%d", i);
-		const char *uuid = get(name, ctx);
-		if (uuid == NULL || uuid[0] == '\0')
-			continue; /* only indices with a device count; their limits are ignored */
-		if (copy_value(d->uuid, sizeof(d->uuid), uuid) != 0 || !valid_uuid_text(d->uuid)) {
-			snprintf(err, errlen, "%s is not a valid GPU UUID", name);
-			return -1;
-		}
-		d->present = 1;
-		cfg->ndevices++;
-
-		snprintf(name, sizeof(name), "CUDA_MEM_LIMIT_%d", i);
-		const char *mem = get(name, ctx);
-		if (mem != NULL && mem[0] != '\0') {
-			if (vgpu_parse_mem_limit(mem, &d->mem_limit) != 0) {
-				snprintf(err, errlen, "%s=\"%.32s\" is not a memory size like 4096m", name, mem);
-				return -1;
-			}
-			cfg->any_limit = 1;
-		}
-		snprintf(name, sizeof(name), "CUDA_CORE_LIMIT_%d", i);
-		const char *core = get(name, ctx);
-		if (core != NULL && core[0] != '\0') {
-			if (vgpu_parse_core_limit(core, &d->core_limit) != 0) {
-				snprintf(err, errlen, "%s=\"%.32s\" is not a core limit between 1 and 100", name, core);
-				return -1;
-			}
-			if (d->core_limit < VGPU_CORE_UNLIMITED) {
-				cfg->any_limit = 1;
-				cfg->any_core_limit = 1;
-			}
-		}
-		for (int j = 0; j < i; j++) {
-			if (cfg->dev[j].present && strcasecmp(cfg->dev[j].uuid, d->uuid) == 0) {
-				snprintf(err, errlen,
-					 "GPU %s appears under two indices (MANAGER_VISIBLE_DEVICE_%d and _%d)",
-					 d->uuid, j, i);
-				return -1;
-			}
-		}
-	}
-
-	/* The register UUID first: on the per-claim path (a non-empty one) nothing sets
-	 * VGPU_POD_UID or VGPU_CONTAINER_NAME for the container, so values an image carries are
-	 * stale and not read at all (not even checked for length). */
-	static const struct { const char *var; size_t off; } ids[] = {
-		{ "MANAGER_CLIENT_REGISTER_UUID", offsetof(struct vgpu_config, register_uuid) },
-		{ "VGPU_POD_UID", offsetof(struct vgpu_config, pod_uid) },
-		{ "VGPU_CONTAINER_NAME", offsetof(struct vgpu_config, container_name) },
-	};
-	for (size_t k = 0; k < sizeof(ids) / sizeof(ids[0]); k++) {
-		if (k > 0 && cfg->register_uuid[0] != '\0')
-			break;
-		const char *v = get(ids[k].var, ctx);
-		if (v == NULL)
+	int n = 0, full = 0;
+	size_t used = 0;
+	if (len > 0)
+		names[0] = '\0';
+	for (size_t k = 0; envp != NULL && envp[k] != NULL; k++) {
+		if (!differs(cfg, envp[k]))
 			continue;
-		if (copy_value((char *)cfg + ids[k].off, 64, v) != 0) {
-			snprintf(err, errlen, "%s is longer than 63 bytes", ids[k].var);
-			return -1;
+		n++;
+		if (full || len == 0)
+			continue;
+		const char *eq = strchr(envp[k], '=');
+		int w = snprintf(names + used, len - used, "%s%.*s", n > 1 ? ", " : "", (int)(eq - envp[k]), envp[k]);
+		if (w > 0 && (size_t)w < len - used) {
+			used += (size_t)w;
+		} else { /* the line has its limit */
+			full = 1;
+			if (len >= 4)
+				memcpy(names + len - 4, "...", 4);
 		}
 	}
-	return 0;
-}
-
-int vgpu_config_find_uuid(const struct vgpu_config *cfg, const char *uuid)
-{
-	for (int i = 0; i < VGPU_MAX_DEVICES; i++)
-		if (cfg->dev[i].present && strcasecmp(cfg->dev[i].uuid, uuid) == 0)
-			return i;
-	return -1;
+	return n;
 }

@@ -1,34 +1,58 @@
 /* The container's shared memory ledger in /tmp/.vmem_node (contract.md §4).
  *
- * One file-backed shared mapping per container: a slot per process that uses memory with
- * the bytes it holds on each device index, plus, per device, the driver memory that the
- * hooks cannot see (contexts, the driver's own), reconciled from NVML. Every change happens
- * under flock(LOCK_EX) on the process's own open file description: the kernel drops a lock
- * whose holder dies, so a SIGKILLed holder never hangs the others, and the worst a holder
- * killed half-way can leave behind is its own slot, which is reclaimed as dead. */
+ * One file-backed shared mapping per container (on the per-claim path: per claim, shared by
+ * the claim's containers): a slot per process that uses memory with the bytes it holds on
+ * each device (by the GPU's position in vgpu.config), plus, per device, the driver memory
+ * that the hooks cannot see (contexts, the driver's own), reconciled from NVML.
+ *
+ * Liveness without PIDs. The processes sharing a ledger may live in different PID
+ * namespaces (two containers of one claim), so a PID says nothing about another process:
+ * numbers collide and kill(pid, 0) asks the wrong namespace. Instead a process owns its slot
+ * by an open-file-description lock (F_OFD_SETLK) on the slot's bytes, taken when it claims
+ * the slot and held for its life. The kernel drops an OFD lock when the open file
+ * description is released, whatever the namespace: when its last descriptor is closed and
+ * its last mapping is gone, that is at exit (SIGKILL included) and at exec (the descriptor
+ * is close-on-exec). So an application that closes the descriptor behind the library's back
+ * does not give its slot away while it still maps the ledger. A slot marked used whose lock
+ * anyone can take belongs to a process that is gone and is reclaimed by whoever finds it.
+ * OFD locks, unlike POSIX record locks, belong to the open file description, not to the
+ * PID, and are not dropped when the process closes some other descriptor of the file. A
+ * forked child inherits the descriptor and the mapping, and with them the parent's locks:
+ * its fork handler (runtime.c) unmaps and closes both (vgpu_ledger_forget) before it can
+ * use them, so it never holds or clears the parent's slot, and opens its own on first use.
+ *
+ * Every change of the shared state happens under an OFD write lock on the header's bytes
+ * (threads of one process share the open file description, so they serialise on a spinlock
+ * first). The kernel drops it too when its holder dies, so a SIGKILLed holder never hangs the
+ * others; the worst a holder killed half-way leaves behind is its own slot, reclaimed as dead.
+ *
+ * The file is created complete under a temporary name and then linked into place
+ * (shm_file.h): a SIGKILL during creation never leaves a half-written ledger. */
 #ifndef VGPU_LEDGER_H
 #define VGPU_LEDGER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "env_config.h"
+#include "config.h"
 #include "spinlock.h"
 
-#define LEDGER_FILE_NAME "ledger.v1"
+#define LEDGER_FILE_NAME "ledger.v2"
 #define LEDGER_MAGIC 0x4c4d4756u /* "VGML" */
-#define LEDGER_VERSION 1u
+#define LEDGER_VERSION 2u
 #define LEDGER_SLOTS 1024u
+#define LEDGER_SLOT_FREE 0u
+#define LEDGER_SLOT_USED 1u
 
 struct ledger_slot {
-	int32_t pid;         /* PID in the container's namespace; 0 = free */
-	uint32_t pad;
-	uint64_t start_time; /* /proc/<pid>/stat start time: a reused PID is not the owner */
+	uint32_t state;      /* LEDGER_SLOT_*; a used slot is alive while its byte range is locked */
+	int32_t pid;         /* the owner's PID in its own namespace: for people reading the file only */
+	uint64_t owner;      /* random, per process: the owner notices if its slot was taken from it */
 	uint64_t used[VGPU_MAX_DEVICES];
 };
 
 struct ledger_header {
-	uint32_t magic;
+	uint32_t magic;      /* written last: a file without it was never completed */
 	uint32_t version;
 	uint32_t header_size;
 	uint32_t slot_size;
@@ -49,6 +73,8 @@ struct ledger_file {
 
 /* The layout is shared between processes (and library builds): pin it. */
 _Static_assert(sizeof(struct ledger_slot) == 16 + 8 * VGPU_MAX_DEVICES, "ledger slot layout");
+_Static_assert(offsetof(struct ledger_slot, owner) == 8 && offsetof(struct ledger_slot, used) == 16,
+	       "ledger slot layout");
 _Static_assert(sizeof(struct ledger_header) == 32 + 16 * VGPU_MAX_DEVICES + 64, "ledger header layout");
 _Static_assert(offsetof(struct ledger_header, unseen) == 32, "ledger header layout");
 _Static_assert(offsetof(struct ledger_file, slot) == sizeof(struct ledger_header), "ledger file layout");
@@ -57,10 +83,9 @@ _Static_assert(sizeof(struct ledger_file) == 352 + 144 * LEDGER_SLOTS, "ledger f
 struct vgpu_ledger {
 	int fd;
 	struct ledger_file *map;
-	int my_slot; /* -1 until this process first reserves */
-	int32_t my_pid;
-	uint64_t my_start;
-	vgpu_spinlock lock; /* flock is per open file description: threads serialise here first */
+	int my_slot;       /* -1 until this process first reserves */
+	uint64_t my_owner; /* this process's mark in its slot */
+	vgpu_spinlock lock; /* the OFD lock is per open file description: threads serialise here first */
 };
 
 /* Opens (creating if needed) the ledger in dir. Returns 0, or -1 with a message. */
@@ -83,8 +108,9 @@ int vgpu_ledger_reconcile(struct vgpu_ledger *l, int dev, uint64_t nvml_total, u
 /* When dev was last reconciled (0 = never). */
 uint64_t vgpu_ledger_reconciled_ns(const struct vgpu_ledger *l, int dev);
 
-/* In a forked child: drop the parent's descriptor (its flock belongs to the parent's open
- * file description) and mapping; the child opens its own on first use. */
+/* In a forked child: drop the parent's descriptor (its locks, the slot's included, belong to
+ * the parent's open file description) and mapping; the child opens its own on first use.
+ * Also releases this process's slot when it is the last holder of the descriptor. */
 void vgpu_ledger_forget(struct vgpu_ledger *l);
 
 /* Test support: take and hold the lock as the reserve path does. */

@@ -7,6 +7,7 @@ static const char *const container_paths[] = {
 	[VGPU_PATH_REGISTRY_SOCKET] = "/etc/vgpu-dra/registry/registry.sock",
 	[VGPU_PATH_CONFIG_DIR] = "/etc/vgpu-dra/config",
 	[VGPU_PATH_PIDS_CONFIG] = "/etc/vgpu-dra/config/pids.config",
+	[VGPU_PATH_VGPU_CONFIG] = "/etc/vgpu-dra/config/vgpu.config",
 	[VGPU_PATH_VGPU_LOCK_DIR] = "/tmp/.vgpu_lock",
 	[VGPU_PATH_VMEM_NODE_DIR] = "/tmp/.vmem_node",
 };

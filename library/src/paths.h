@@ -8,6 +8,7 @@ enum vgpu_path {
 	VGPU_PATH_REGISTRY_SOCKET, /* /etc/vgpu-dra/registry/registry.sock */
 	VGPU_PATH_CONFIG_DIR,      /* /etc/vgpu-dra/config (read-only; pids.config inside) */
 	VGPU_PATH_PIDS_CONFIG,     /* /etc/vgpu-dra/config/pids.config */
+	VGPU_PATH_VGPU_CONFIG,     /* /etc/vgpu-dra/config/vgpu.config (limits, GPUs, identity) */
 	VGPU_PATH_VGPU_LOCK_DIR,   /* /tmp/.vgpu_lock (core-limit bucket) */
 	VGPU_PATH_VMEM_NODE_DIR,   /* /tmp/.vmem_node (memory ledger) */
 };

@@ -17,6 +17,7 @@
 #include "clock.h"
 #include "sys_stat.h"
 #include "core_file.h"
+#include "env_config.h"
 #include "hook_table.h"
 #include "hooks.h"
 #include "log.h"
@@ -35,15 +36,11 @@ static _Atomic uint64_t pids_checked_ns;
 static struct timespec pids_mtime;
 static vgpu_spinlock pids_lock = VGPU_SPINLOCK_INIT;
 
-static const char *env_get(const char *name, void *ctx)
-{
-	(void)ctx;
-	return getenv(name);
-}
+extern char **environ;
 
-/* A forked child is a new process: it registers again and takes its own ledger slot on its
- * next CUDA call. The parent's flock lives on the shared open file description, so the
- * child must not use the inherited descriptor. */
+/* A forked child is a new process: it reads vgpu.config, registers again and takes its own
+ * ledger slot on its next CUDA call. The parent's slot and ledger locks live on the shared
+ * open file description, so the child closes the inherited descriptor and never uses it. */
 static void after_fork_in_child(void)
 {
 	vgpu_ledger_forget(&vgpu_rt.ledger);
@@ -80,6 +77,39 @@ static int require_dir(enum vgpu_path which, const char *what)
 	return 0;
 }
 
+/* The only source of limits, GPUs and identity (contract §4): the read-only vgpu.config. */
+static int read_config(void)
+{
+	char path[512], err[600];
+	if (vgpu_path(VGPU_PATH_VGPU_CONFIG, path, sizeof(path)) != 0)
+		return refuse("the vgpu.config path is too long");
+	if (vgpu_config_read(path, &vgpu_rt.cfg, err, sizeof(err)) == 0)
+		return 0;
+	if (errno == ENOENT) {
+		char dir[512];
+		struct stat st;
+		if (vgpu_path(VGPU_PATH_CONFIG_DIR, dir, sizeof(dir)) == 0 && vgpu_stat(dir, &st) != 0)
+			return refuse("the vGPU config directory %s is missing: the container was created without its "
+				      "vGPU configuration (was the node's vGPU plugin running?)",
+				      dir);
+		return refuse("%s is missing: the container was created without its vGPU configuration "
+			      "(was the node's vGPU plugin running?)",
+			      path);
+	}
+	return refuse("%s", err);
+}
+
+/* The env the plugin injects is for people and tools; a process can change its own. Say once
+ * when it differs from the file, naming the variables, so nobody is misled by it. */
+static void compare_env(void)
+{
+	char names[400], path[512];
+	int n = vgpu_env_differences(&vgpu_rt.cfg, environ, names, sizeof(names));
+	if (n > 0 && vgpu_path(VGPU_PATH_VGPU_CONFIG, path, sizeof(path)) == 0)
+		vgpu_log_warn("%s %s from %s and %s ignored: limits, GPUs and identity come only from that file", names,
+			      n == 1 ? "differs" : "differ", path, n == 1 ? "is" : "are");
+}
+
 static int do_register(void)
 {
 	const struct vgpu_config *c = &vgpu_rt.cfg;
@@ -93,8 +123,8 @@ static int do_register(void)
 		req.pod_uid = c->pod_uid; /* NRI path */
 		req.container_name = c->container_name;
 	} else {
-		return refuse("no registration identity: neither VGPU_POD_UID and VGPU_CONTAINER_NAME (NRI) "
-			      "nor MANAGER_CLIENT_REGISTER_UUID (per-claim) is set");
+		return refuse("vgpu.config names no registration identity: neither \"pod\" and \"container\" "
+			      "(NRI path) nor \"register\" (per-claim path)");
 	}
 	char sock[512], detail[1200];
 	if (vgpu_path(VGPU_PATH_REGISTRY_SOCKET, sock, sizeof(sock)) != 0)
@@ -135,22 +165,19 @@ static int read_pids(void)
 
 static int decide(void)
 {
-	char err[256];
 	struct vgpu_config *c = &vgpu_rt.cfg;
 	vgpu_rt.only_index = -1;
-	if (vgpu_config_parse(c, env_get, NULL, err, sizeof(err)) != 0)
-		return refuse("%s", err);
+	int rc;
+	if ((rc = read_config()) != 0)
+		return rc;
+	compare_env();
 	if (c->ndevices == 1)
-		for (int i = 0; i < VGPU_MAX_DEVICES; i++)
-			if (c->dev[i].present)
-				vgpu_rt.only_index = i;
-	if (c->ndevices == 0 || !c->any_limit)
+		vgpu_rt.only_index = 0;
+	if (!c->any_limit)
 		return VGPU_MODE_PASSTHROUGH;
 
-	int rc;
 	if ((rc = require_dir(VGPU_PATH_VMEM_NODE_DIR, "the memory ledger directory")) != 0 ||
-	    (rc = require_dir(VGPU_PATH_VGPU_LOCK_DIR, "the core-limit directory")) != 0 ||
-	    (rc = require_dir(VGPU_PATH_CONFIG_DIR, "the vGPU config directory")) != 0)
+	    (rc = require_dir(VGPU_PATH_VGPU_LOCK_DIR, "the core-limit directory")) != 0)
 		return rc;
 	if ((rc = do_register()) != 0 || (rc = read_pids()) != 0)
 		return rc;
@@ -218,7 +245,7 @@ static void format_uuid(const CUuuid *u, char *out, size_t len)
 int vgpu_runtime_map_cuda(void)
 {
 	int m = vgpu_runtime_mode();
-	if (m == VGPU_MODE_REFUSED || vgpu_rt.cfg.ndevices == 0 || atomic_load(&vgpu_rt.cuda_mapped))
+	if (m == VGPU_MODE_REFUSED || atomic_load(&vgpu_rt.cuda_mapped))
 		return m;
 	int count = 0;
 	if (USED(cuDeviceGetCount) == NULL || USED(cuDeviceGetUuid) == NULL)
@@ -239,7 +266,7 @@ int vgpu_runtime_map_cuda(void)
 		format_uuid(&u, text, sizeof(text));
 		index[d] = vgpu_config_find_uuid(&vgpu_rt.cfg, text);
 		if (index[d] < 0) {
-			refuse("CUDA device %d (%s) is visible but no MANAGER_VISIBLE_DEVICE_<i> names it", d, text);
+			refuse("CUDA device %d (%s) is visible but vgpu.config has no gpu line for it", d, text);
 			atomic_store(&vgpu_rt.mode, VGPU_MODE_REFUSED);
 			atomic_store(&vgpu_rt.launch_gate, VGPU_GATE_REFUSED);
 			vgpu_runtime_report_refusal();

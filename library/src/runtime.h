@@ -1,12 +1,14 @@
 /* Process state of the library: decided once, on the first CUDA or NVML call (never at
- * load time), reset in a forked child.
+ * load time), reset in a forked child. Everything comes from vgpu.config (config.h), read
+ * then; the environment is never trusted for limits, GPUs or identity.
  *
- *  PASSTHROUGH  no MANAGER_VISIBLE_DEVICE_<i> at all, or listed devices without limits:
- *               the hooks call the driver and change nothing.
+ *  PASSTHROUGH  vgpu.config sets no limit on any GPU (an admin-access container): the hooks
+ *               call the driver and change nothing (a GPU CUDA sees must still be listed).
  *  ENFORCE      limits set; directories present; registered; pids.config read; ledger open.
- *  REFUSED      limits set but something needed to enforce them is missing, or the env is
- *               malformed, or a GPU is listed twice or not at all: the hooks fail and say
- *               why on stderr (once per process). Never exit(), never silently unlimited. */
+ *  REFUSED      vgpu.config is missing, unreadable or malformed; or limits are set but
+ *               something needed to enforce them is missing; or CUDA sees a GPU the file
+ *               does not list: the hooks fail and say why on stderr (once per process).
+ *               Never exit(), never silently unlimited. */
 #ifndef VGPU_RUNTIME_H
 #define VGPU_RUNTIME_H
 
@@ -14,7 +16,7 @@
 #include <stdint.h>
 
 #include "core_bucket.h"
-#include "env_config.h"
+#include "config.h"
 #include "ledger.h"
 #include "nvml_api.h"
 #include "pids_config.h"
@@ -33,8 +35,8 @@ struct vgpu_runtime {
 	struct vgpu_pids pids;
 	_Atomic int cuda_mapped;     /* cuda_index[] is filled */
 	int cuda_count;
-	int cuda_index[VGPU_MAX_CUDA_DEVICES]; /* CUDA ordinal -> env index, -1 if unlisted */
-	int only_index;              /* the env index when exactly one device is listed, else -1 */
+	int cuda_index[VGPU_MAX_CUDA_DEVICES]; /* CUDA ordinal -> position in cfg.dev */
+	int only_index;              /* position 0 when exactly one GPU is listed, else -1 */
 	_Atomic int launch_gate;     /* enum vgpu_gate, for the launch hooks' fast path */
 };
 
@@ -45,17 +47,18 @@ extern struct vgpu_runtime vgpu_rt;
 /* Decides the mode on first use; one atomic load afterwards. Never calls the CUDA driver. */
 int vgpu_runtime_mode(void);
 
-/* After the driver is initialised: maps CUDA ordinals to env indices by UUID. A visible GPU
- * that no MANAGER_VISIBLE_DEVICE_<i> names makes the process REFUSED. Returns the mode. */
+/* After the driver is initialised: maps CUDA ordinals to the config's GPUs by UUID. A
+ * visible GPU that no gpu line names makes the process REFUSED. Returns the mode. */
 int vgpu_runtime_map_cuda(void);
 
-/* Env index of the calling thread's current CUDA device, or -1 (no context, unmapped). */
+/* Config position (index into cfg.dev, the ledger and the buckets) of the calling thread's
+ * current CUDA device, or -1 (no context, unmapped). */
 int vgpu_runtime_current_index(void);
 
-/* Env index of a CUDA ordinal, or -1. */
+/* Config position of a CUDA ordinal, or -1. */
 int vgpu_runtime_index_of_ordinal(int ordinal);
 
-/* Env index of an NVML device handle (by UUID, cached), or -1. */
+/* Config position of an NVML device handle (by UUID, cached), or -1. */
 int vgpu_runtime_index_of_nvml(nvmlDevice_t dev);
 
 /* Prints the refusal once per process. */

@@ -1,10 +1,14 @@
 /* make bench: added cost of libvgpu per call, against the fake driver called directly in
  * the same process and run (targets: <= 50 ns per launch without a limit, <= 100 ns with
- * a core limit, <= 5 us per cuMemAlloc/cuMemFree pair), and the core limit measured end
- * to end (wall clock, fake GPU) at 30 % and 60 %.
+ * a core limit, <= 5 us per cuMemAlloc/cuMemFree pair); the library's start-up (the first
+ * cuInit, which decides the mode, registers, reads pids.config and opens the ledger) in
+ * fresh processes against the same cuInit without the library; and the core limit
+ * measured end to end (wall clock, fake GPU) at 30 % and 60 %.
  *
- * Without arguments it is the driver: sets up a container root and the scripted registry,
- * re-runs itself preloaded in each mode, prints a summary. */
+ * Without arguments (or with "quick": without the end-to-end run) it is the driver: sets up
+ * a container root and the scripted registry, re-runs itself preloaded in each mode (the
+ * limits in vgpu.config, and the same in the env the plugin injects next to it), prints a
+ * summary. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -70,6 +74,15 @@ static double time_alloc(alloc_fn a, free_fn f, long n)
 /* Preloaded child: measure one mode. */
 static int measure(const char *mode)
 {
+	if (strcmp(mode, "startup") == 0) {
+		double t0 = now_ns();
+		CUresult r = cuInit(0);
+		double t1 = now_ns();
+		if (r != CUDA_SUCCESS)
+			return 2;
+		printf("%.0f\n", t1 - t0);
+		return 0;
+	}
 	CUcontext ctx;
 	if (cuInit(0) != CUDA_SUCCESS || cuCtxCreate_v2(&ctx, 0, 0) != CUDA_SUCCESS)
 		return 2;
@@ -160,6 +173,42 @@ static int run_child(const char *self, const char *preload, char *const argv[], 
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Median of the first cuInit over fresh processes. Returns 0 on failure. */
+static double startup_median(const char *self, const char *preload, const char *const env[])
+{
+	enum { RUNS = 31 };
+	double v[RUNS];
+	for (int i = 0; i < RUNS; i++) {
+		char out[64];
+		char *args[] = { (char *)self, "measure", "startup", NULL };
+		if (run_child(self, preload, args, env, out, sizeof(out)) != 0 || sscanf(out, "%lf", &v[i]) != 1)
+			return 0;
+	}
+	qsort(v, RUNS, sizeof(v[0]), cmp_double);
+	return v[RUNS / 2];
+}
+
+/* vgpu.config for the next run: the GPU's memory (bytes) and core (%) limits, 0 = none. */
+static void write_config(unsigned long long mem, int core)
+{
+	char path[128], text[512];
+	snprintf(path, sizeof(path), "%s/etc/vgpu-dra/config/vgpu.config", root);
+	int len = snprintf(text, sizeof(text),
+			   "version 1\npod 0b7a2c6e-1f7e-4c9e-9d2a-3f1e5b6c7d8e\ncontainer bench\ngpu 0 %s %llu %d\n",
+			   FAKE_DEFAULT_UUID, mem, core);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || write(fd, text, (size_t)len) != len || close(fd) != 0) {
+		perror(path);
+		exit(2);
+	}
+}
+
 static void reset_fake(void)
 {
 	char path[128];
@@ -186,11 +235,11 @@ int main(int argc, char **argv)
 	snprintf(pids, sizeof(pids), "%s/etc/vgpu-dra/config/pids.config", root);
 	pid_t srv = scripted_registry_start(sock, "OK", pids, 100000, NULL);
 
-	struct { const char *label, *what; const char *env[4]; double target; } modes[] = {
-		{ "cuLaunchKernel, no limit", "launch", { "FAKE_NS_PER_BLOCK=0", NULL }, 50 },
-		{ "cuLaunchKernel, core limit 50%", "launch", { "FAKE_NS_PER_BLOCK=0", "CUDA_CORE_LIMIT_0=50", NULL }, 100 },
-		{ "cuMemAlloc+cuMemFree, no limit", "alloc", { NULL }, 5000 },
-		{ "cuMemAlloc+cuMemFree, memory limit", "alloc", { "CUDA_MEM_LIMIT_0=4096m", NULL }, 5000 },
+	struct { const char *label, *what; const char *env[4]; double target; unsigned long long mem; int core; } modes[] = {
+		{ "cuLaunchKernel, no limit", "launch", { "FAKE_NS_PER_BLOCK=0", NULL }, 50, 0, 0 },
+		{ "cuLaunchKernel, core limit 50%", "launch", { "FAKE_NS_PER_BLOCK=0", "CUDA_CORE_LIMIT_0=50", NULL }, 100, 0, 50 },
+		{ "cuMemAlloc+cuMemFree, no limit", "alloc", { NULL }, 5000, 0, 0 },
+		{ "cuMemAlloc+cuMemFree, memory limit", "alloc", { "CUDA_MEM_LIMIT_0=4096m", NULL }, 5000, 4096ull << 20, 0 },
 	};
 	int rc = 0;
 	printf("%-38s %12s %12s %12s %8s %10s\n", "libvgpu overhead", "driver ns", "hooked ns", "added ns", "ratio",
@@ -198,6 +247,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
 		char out[256];
 		reset_fake();
+		write_config(modes[i].mem, modes[i].core);
 		char *args[] = { argv[0], "measure", (char *)modes[i].what, NULL };
 		if (run_child(argv[0], LIBVGPU_TEST, args, modes[i].env, out, sizeof(out)) != 0) {
 			printf("%-38s failed\n", modes[i].label);
@@ -211,12 +261,35 @@ int main(int argc, char **argv)
 		       modes[i].target);
 	}
 
+	printf("\n%-38s %12s %12s %12s\n", "start-up (first cuInit, median of 31)", "driver us", "hooked us",
+	       "added us");
+	struct { const char *label; const char *env[3]; unsigned long long mem; } starts[] = {
+		{ "no limit (pass-through)", { NULL }, 0 },
+		{ "memory limit (register, ledger)", { "CUDA_MEM_LIMIT_0=4096m", NULL }, 4096ull << 20 },
+	};
+	reset_fake();
+	const char *none[] = { NULL };
+	double base = startup_median(argv[0], "", none);
+	for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++) {
+		write_config(starts[i].mem, 0);
+		double h = startup_median(argv[0], LIBVGPU_TEST, starts[i].env);
+		if (base <= 0 || h <= 0) {
+			printf("%-38s failed\n", starts[i].label);
+			rc = 1;
+			continue;
+		}
+		printf("%-38s %12.1f %12.1f %12.1f\n", starts[i].label, base / 1e3, h / 1e3, (h - base) / 1e3);
+	}
+
+	if (argc == 2 && strcmp(argv[1], "quick") == 0)
+		goto done;
 	printf("\ncore limit end to end (fake GPU, 1 ms kernels, 12 s run, wall clock; steady state = after 4 s):\n");
 	const int targets[] = { 30, 60 };
 	for (size_t i = 0; i < 2; i++) {
 		char out[256], limit[64];
 		reset_fake();
 		snprintf(limit, sizeof(limit), "CUDA_CORE_LIMIT_0=%d", targets[i]);
+		write_config(0, targets[i]);
 		const char *env[] = { limit, "FAKE_NS_PER_BLOCK=1000", NULL };
 		char *args[] = { PROBE_BIN, "launch", "12", "1000", NULL };
 		sample_after_s = 4;
@@ -235,6 +308,7 @@ int main(int argc, char **argv)
 		printf("  target %d%%: GPU busy %.1f%% in steady state (error %+.1f pp); %.1f%% over the whole run\n",
 		       targets[i], steady, steady - targets[i], whole);
 	}
+done:
 	scripted_registry_stop(srv, sock);
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);

@@ -1,10 +1,16 @@
 /* libvgpu-test.so preloaded into real processes over the fake driver and the scripted
- * registry: what an application in a vGPU container sees. One ctest per scenario:
- *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit> */
+ * registry: what an application in a vGPU container sees. Each container root gets the
+ * vgpu.config the plugin would write, and the env the plugin injects (which the library
+ * must not trust). One ctest per scenario:
+ *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
+ *                 envignored|noconfig|index16|pidns|crashcreate|fork|stdin> */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,9 +23,20 @@
 
 #define PID_OFFSET 100000u
 #define MiB (1024ull * 1024ull)
+#define POD_UID "0b7a2c6e-1f7e-4c9e-9d2a-3f1e5b6c7d8e"
+#define OTHER_POD_UID "7d3e1f0a-2b4c-4d5e-8f6a-9b0c1d2e3f4a"
+#define REGISTER_UUID "5f0c3a1e-8d2b-4e6f-9a1c-2b3d4e5f6a7b"
+#define OTHER_UUID "GPU-99999999-2222-3333-4444-555555555555"
+
+/* vgpu.config as the plugin writes it for the NRI path (contract §4): the header, then gpu
+ * lines <nvml index> <uuid> <memory bytes> <core percent>. */
+#define CFG_NRI "# vgpu.config written by the test\nversion 1\nclaim c1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8\n" \
+		"pod " POD_UID "\ncontainer app\n"
+#define CFG_GPU0(mem, core) "gpu 0 " FAKE_DEFAULT_UUID " " #mem " " #core "\n"
+#define CFG_256 CFG_NRI CFG_GPU0(268435456, 0)
 
 struct root {
-	char dir[64], sock[128], pids[160], log[160], state[160];
+	char dir[64], sock[128], pids[160], log[160], state[160], config[160];
 	pid_t server;
 };
 
@@ -43,8 +60,18 @@ static void mkdir_p(const char *base, const char *rel)
 		perror(path);
 }
 
-/* A container's view: registry socket, config dir, the two per-container directories. */
-static void root_setup(struct root *r, const char *script)
+static void write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text) || close(fd) != 0) {
+		perror(path);
+		exit(2);
+	}
+}
+
+/* A container's view: registry socket, config dir with vgpu.config (none when config is
+ * NULL), the two per-container directories. */
+static void root_setup_config(struct root *r, const char *script, const char *config)
 {
 	snprintf(r->dir, sizeof(r->dir), "/tmp/vgp.XXXXXX");
 	if (mkdtemp(r->dir) == NULL)
@@ -57,7 +84,16 @@ static void root_setup(struct root *r, const char *script)
 	snprintf(r->pids, sizeof(r->pids), "%s/etc/vgpu-dra/config/pids.config", r->dir);
 	snprintf(r->log, sizeof(r->log), "%s/registry.log", r->dir);
 	snprintf(r->state, sizeof(r->state), "%s/fake.state", r->dir);
+	snprintf(r->config, sizeof(r->config), "%s/etc/vgpu-dra/config/vgpu.config", r->dir);
+	if (config != NULL)
+		write_file(r->config, config);
 	r->server = script ? scripted_registry_start(r->sock, script, r->pids, PID_OFFSET, r->log) : -1;
+}
+
+/* The default container: one GPU limited to 256 MiB, NRI identity. */
+static void root_setup(struct root *r, const char *script)
+{
+	root_setup_config(r, script, CFG_256);
 }
 
 static void root_teardown(struct root *r)
@@ -70,12 +106,15 @@ static void root_teardown(struct root *r)
 		fprintf(stderr, "cleanup of %s failed\n", r->dir);
 }
 
+/* The env the plugin injects next to the file (contract §3-4), consistent with CFG_256. */
 static const char *base_env[] = {
 	"LD_LIBRARY_PATH=" FAKE_DIR,
 	"FAKE_PID_OFFSET=100000",
 	"MANAGER_VISIBLE_DEVICE_0=" FAKE_DEFAULT_UUID,
 	"CUDA_MEM_LIMIT_0=256m",
-	"VGPU_POD_UID=0b7a2c6e-1f7e-4c9e-9d2a-3f1e5b6c7d8e",
+	"CUDA_CORE_LIMIT_0=",
+	"MANAGER_CLIENT_REGISTER_UUID=",
+	"VGPU_POD_UID=" POD_UID,
 	"VGPU_CONTAINER_NAME=app",
 	"ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0",
 	"PATH=/usr/bin:/bin",
@@ -85,14 +124,14 @@ static const char *base_env[] = {
 /* env = base + root paths + preload, then extra ("K=V" sets, "K" removes). */
 static char **build_env(struct root *r, const char *preload, const char *const *extra)
 {
-	static char buf[64][512];
+	static char buf[64][2048];
 	static char *env[65];
 	int n = 0;
 	for (int i = 0; base_env[i]; i++)
-		snprintf(buf[n++], 512, "%s", base_env[i]);
-	snprintf(buf[n++], 512, "FAKE_GPU_STATE=%s", r->state);
-	snprintf(buf[n++], 512, "VGPU_TEST_ROOT=%s", r->dir);
-	snprintf(buf[n++], 512, "LD_PRELOAD=%s", preload);
+		snprintf(buf[n++], 2048, "%s", base_env[i]);
+	snprintf(buf[n++], 2048, "FAKE_GPU_STATE=%s", r->state);
+	snprintf(buf[n++], 2048, "VGPU_TEST_ROOT=%s", r->dir);
+	snprintf(buf[n++], 2048, "LD_PRELOAD=%s", preload);
 	for (int i = 0; extra && extra[i]; i++) {
 		const char *eq = strchr(extra[i], '=');
 		size_t klen = eq ? (size_t)(eq - extra[i]) : strlen(extra[i]);
@@ -100,14 +139,14 @@ static char **build_env(struct root *r, const char *preload, const char *const *
 		for (int k = 0; k < n; k++) {
 			if (strncmp(buf[k], extra[i], klen) == 0 && buf[k][klen] == '=') {
 				if (eq)
-					snprintf(buf[k], 512, "%s", extra[i]);
+					snprintf(buf[k], 2048, "%s", extra[i]);
 				else
 					buf[k][0] = '\0';
 				found = 1;
 			}
 		}
 		if (!found && eq)
-			snprintf(buf[n++], 512, "%s", extra[i]);
+			snprintf(buf[n++], 2048, "%s", extra[i]);
 	}
 	int m = 0;
 	for (int k = 0; k < n; k++)
@@ -117,21 +156,68 @@ static char **build_env(struct root *r, const char *preload, const char *const *
 	return env;
 }
 
-static pid_t spawn(struct root *r, const char *preload, char *const argv[], const char *const *extra, const char *tag)
+/* Starts argv with the container's env, stdout/stderr to <tag>.out/.err. With pidns it runs
+ * in a PID namespace of its own, as PID 1 there (like a container's first process): the
+ * forked child unshares, forks the program and passes its exit status on; *target is the
+ * program's PID as this test sees it (what to SIGKILL). */
+static pid_t spawn_in(struct root *r, const char *preload, char *const argv[], const char *const *extra,
+		      const char *tag, int pidns, pid_t *target)
 {
 	char **env = build_env(r, preload, extra);
 	char out[256], err[256];
 	snprintf(out, sizeof(out), "%s/%s.out", r->dir, tag);
 	snprintf(err, sizeof(err), "%s/%s.err", r->dir, tag);
+	int tell[2];
+	if (pipe(tell) != 0)
+		return -1;
 	pid_t pid = fork();
 	if (pid == 0) {
+		close(tell[0]);
 		int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
 			_exit(126);
+		pid_t self = getpid();
+		if (pidns) {
+			if (unshare(CLONE_NEWPID) != 0) {
+				fprintf(stderr, "unshare(CLONE_NEWPID): %s\n", strerror(errno));
+				_exit(125);
+			}
+			pid_t inner = fork();
+			if (inner < 0)
+				_exit(125);
+			if (inner > 0) {
+				if (write(tell[1], &inner, sizeof(inner)) != sizeof(inner))
+					_exit(125);
+				int st;
+				if (waitpid(inner, &st, 0) != inner)
+					_exit(125);
+				if (WIFSIGNALED(st))
+					raise(WTERMSIG(st) == SIGKILL ? SIGKILL : SIGTERM);
+				_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 125);
+			}
+			/* the program dies with its parent (the test kills the program itself) */
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+				_exit(125);
+		} else if (write(tell[1], &self, sizeof(self)) != sizeof(self)) {
+			_exit(125);
+		}
+		close(tell[1]);
 		execve(argv[0], argv, env);
 		_exit(127);
 	}
+	close(tell[1]);
+	pid_t prog = -1;
+	if (pid < 0 || read(tell[0], &prog, sizeof(prog)) != sizeof(prog))
+		prog = -1;
+	close(tell[0]);
+	if (target != NULL)
+		*target = prog;
 	return pid;
+}
+
+static pid_t spawn(struct root *r, const char *preload, char *const argv[], const char *const *extra, const char *tag)
+{
+	return spawn_in(r, preload, argv, extra, tag, 0, NULL);
 }
 
 static void slurp(const char *path, char *buf, size_t cap)
@@ -154,12 +240,8 @@ static void collect(struct root *r, const char *tag, struct run *res)
 	slurp(path, res->err, sizeof(res->err));
 }
 
-static void run(struct root *r, const char *preload, char *const argv[], const char *const *extra, struct run *res)
+static void finish(struct root *r, pid_t pid, const char *tag, struct run *res)
 {
-	static int seq;
-	char tag[32];
-	snprintf(tag, sizeof(tag), "run%d", seq++);
-	pid_t pid = spawn(r, preload, argv, extra, tag);
 	int st = 0;
 	if (waitpid(pid, &st, 0) != pid)
 		st = -1;
@@ -167,7 +249,37 @@ static void run(struct root *r, const char *preload, char *const argv[], const c
 	collect(r, tag, res);
 }
 
+static void run_in(struct root *r, const char *preload, char *const argv[], const char *const *extra, int pidns,
+		   struct run *res)
+{
+	static int seq;
+	char tag[32];
+	snprintf(tag, sizeof(tag), "run%d", seq++);
+	pid_t pid = spawn_in(r, preload, argv, extra, tag, pidns, NULL);
+	finish(r, pid, tag, res);
+}
+
+static void run(struct root *r, const char *preload, char *const argv[], const char *const *extra, struct run *res)
+{
+	run_in(r, preload, argv, extra, 0, res);
+}
+
 #define PROBE(...) ((char *const[]){ PROBE_BIN, __VA_ARGS__, NULL })
+
+/* Files in a container directory whose name starts with prefix. */
+static int count_files(struct root *r, const char *rel, const char *prefix)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s%s", r->dir, rel);
+	DIR *d = opendir(path);
+	if (d == NULL)
+		return -1;
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d)) != NULL;)
+		n += e->d_name[0] != '.' && strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+	closedir(d);
+	return n;
+}
 
 static int count_lines(const char *path)
 {
@@ -200,32 +312,58 @@ struct refusal_case {
 	const char *name;
 	const char *script;        /* registry behaviour */
 	const char *remove_dir;    /* container dir to remove, relative to the root */
+	const char *config;        /* vgpu.config; NULL: the default (256 MiB, NRI identity) */
 	const char *env[6];
 	const char *message;       /* what the user reads on stderr */
 };
 
+#define CFG_17_GPUS                                                                                  \
+	"gpu 0 " FAKE_DEFAULT_UUID " 268435456 0\n"                                                  \
+	"gpu 1 GPU-00000001-0000-0000-0000-000000000000 0 0\ngpu 2 GPU-00000002-0000-0000-0000-000000000000 0 0\n" \
+	"gpu 3 GPU-00000003-0000-0000-0000-000000000000 0 0\ngpu 4 GPU-00000004-0000-0000-0000-000000000000 0 0\n" \
+	"gpu 5 GPU-00000005-0000-0000-0000-000000000000 0 0\ngpu 6 GPU-00000006-0000-0000-0000-000000000000 0 0\n" \
+	"gpu 7 GPU-00000007-0000-0000-0000-000000000000 0 0\ngpu 8 GPU-00000008-0000-0000-0000-000000000000 0 0\n" \
+	"gpu 9 GPU-00000009-0000-0000-0000-000000000000 0 0\ngpu 10 GPU-00000010-0000-0000-0000-000000000000 0 0\n" \
+	"gpu 11 GPU-00000011-0000-0000-0000-000000000000 0 0\ngpu 12 GPU-00000012-0000-0000-0000-000000000000 0 0\n" \
+	"gpu 13 GPU-00000013-0000-0000-0000-000000000000 0 0\ngpu 14 GPU-00000014-0000-0000-0000-000000000000 0 0\n" \
+	"gpu 15 GPU-00000015-0000-0000-0000-000000000000 0 0\ngpu 16 GPU-00000016-0000-0000-0000-000000000000 0 0\n"
+
 static void test_refusal(void)
 {
 	const struct refusal_case cases[] = {
-		{ "memory ledger dir missing", "OK", "/tmp/.vmem_node", { NULL },
+		{ "memory ledger dir missing", "OK", "/tmp/.vmem_node", NULL, { NULL },
 		  "/tmp/.vmem_node is missing: the container was created without its vGPU directories" },
-		{ "core dir missing", "OK", "/tmp/.vgpu_lock", { NULL }, "/tmp/.vgpu_lock is missing" },
-		{ "no identity", "OK", NULL, { "VGPU_POD_UID", "VGPU_CONTAINER_NAME", NULL },
-		  "no registration identity" },
-		{ "registry denies", "DENIED", NULL, { NULL },
+		{ "core dir missing", "OK", "/tmp/.vgpu_lock", NULL, { NULL }, "/tmp/.vgpu_lock is missing" },
+		{ "no identity", "OK", NULL, "version 1\n" CFG_GPU0(268435456, 0), { NULL },
+		  "vgpu.config names no registration identity" },
+		{ "registry denies", "DENIED", NULL, NULL, { NULL },
 		  "registration with the node's vGPU registry failed: DENIED: scripted answer" },
-		{ "registry not found", "NOT_FOUND", NULL, { "MANAGER_CLIENT_REGISTER_UUID=5f0c3a1e-8d2b-4e6f-9a1c-2b3d4e5f6a7b", NULL },
-		  "failed: NOT_FOUND" },
-		{ "duplicate uuid", "OK", NULL, { "MANAGER_VISIBLE_DEVICE_4=" FAKE_DEFAULT_UUID, NULL },
-		  "appears under two indices (MANAGER_VISIBLE_DEVICE_0 and _4)" },
-		{ "unlisted gpu", "OK", NULL, { "FAKE_GPU_DEVICES=" FAKE_DEFAULT_UUID ":16384,GPU-99999999-2222-3333-4444-555555555555:8192", NULL },
-		  "CUDA device 1 (GPU-99999999-2222-3333-4444-555555555555) is visible but no MANAGER_VISIBLE_DEVICE_<i> names it" },
-		{ "malformed limit", "OK", NULL, { "CUDA_MEM_LIMIT_0=4096x", NULL }, "CUDA_MEM_LIMIT_0=\"4096x\" is not a memory size" },
+		{ "registry not found", "NOT_FOUND", NULL, "version 1\nregister " REGISTER_UUID "\n" CFG_GPU0(268435456, 0),
+		  { "MANAGER_CLIENT_REGISTER_UUID=" REGISTER_UUID, NULL }, "failed: NOT_FOUND" },
+		{ "duplicate uuid", "OK", NULL, CFG_256 "gpu 4 " FAKE_DEFAULT_UUID " 0 0\n", { NULL },
+		  "line 7: GPU " FAKE_DEFAULT_UUID " is listed twice (also on line 6)" },
+		{ "duplicate index", "OK", NULL, CFG_256 "gpu 0 " OTHER_UUID " 0 0\n", { NULL },
+		  "line 7: NVML index 0 is listed twice (also on line 6)" },
+		{ "unlisted gpu", "OK", NULL, NULL, { "FAKE_GPU_DEVICES=" FAKE_DEFAULT_UUID ":16384," OTHER_UUID ":8192", NULL },
+		  "CUDA device 1 (" OTHER_UUID ") is visible but vgpu.config has no gpu line for it" },
+		{ "no gpu line", "OK", NULL, "version 1\n", { "MANAGER_VISIBLE_DEVICE_0", "CUDA_MEM_LIMIT_0", NULL },
+		  "CUDA device 0 (" FAKE_DEFAULT_UUID ") is visible but vgpu.config has no gpu line for it" },
+		{ "malformed limit", "OK", NULL, CFG_NRI CFG_GPU0(4096m, 0), { NULL },
+		  "line 6: the memory limit \"4096m\" is not a number of bytes" },
+		{ "core over 100", "OK", NULL, CFG_NRI CFG_GPU0(0, 101), { NULL },
+		  "line 6: the core limit \"101\" is not a percentage 0-100" },
+		{ "other version", "OK", NULL, "# a newer plugin\nversion 2\n" CFG_GPU0(268435456, 0), { NULL },
+		  "has version 2; this library reads version 1" },
+		{ "17 gpu lines", "OK", NULL, CFG_NRI CFG_17_GPUS, { NULL }, "line 22: more than 16 gpu lines" },
+		{ "pod twice", "OK", NULL, CFG_256 "pod " OTHER_POD_UID "\n", { NULL }, "line 7: pod appears twice" },
+		{ "no newline at the end", "OK", NULL,
+		  "version 1\npod " POD_UID "\ncontainer app\ngpu 0 " FAKE_DEFAULT_UUID " 268435456 0",
+		  { NULL }, "line 4 does not end with a newline" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const struct refusal_case *c = &cases[i];
 		struct root r;
-		root_setup(&r, c->script);
+		root_setup_config(&r, c->script, c->config ? c->config : CFG_256);
 		if (c->remove_dir) {
 			char path[256];
 			snprintf(path, sizeof(path), "%s%s", r.dir, c->remove_dir);
@@ -234,10 +372,11 @@ static void test_refusal(void)
 		struct run res;
 		run(&r, LIBVGPU_TEST, PROBE("init"), c->env, &res);
 		CHECK(res.status == 0, "%s: the application must keep running (exit %d)", c->name, res.status);
-		CHECK_STR_CONTAINS(res.out, "cuInit=800");
+		CHECK(strstr(res.out, "cuInit=800") != NULL, "%s: %s", c->name, res.out);
 		CHECK_STR_CONTAINS(res.err, "refusing to run CUDA without the container's vGPU limits");
-		CHECK_STR_CONTAINS(res.err, c->message);
-		if (strcmp(c->name, "unlisted gpu") != 0) {
+		CHECK(strstr(res.err, c->message) != NULL, "%s: stderr \"%s\" does not say \"%s\"", c->name, res.err,
+		      c->message);
+		if (strcmp(c->name, "unlisted gpu") != 0 && strcmp(c->name, "no gpu line") != 0) {
 			CHECK_STR_CONTAINS(res.out, "nvmlInit=4");
 		}
 		CHECK(strstr(res.out, "cuMemAlloc=0") == NULL && strstr(res.out, "cuLaunchKernel=0") == NULL,
@@ -247,17 +386,20 @@ static void test_refusal(void)
 		CHECK(first && strstr(first + 1, "refusing") == NULL, "%s: message repeated:\n%s", c->name, res.err);
 		root_teardown(&r);
 	}
-	/* devices without limits: no registration, nothing refused, nothing changed */
-	struct root r;
-	root_setup(&r, "DENIED");
-	struct run res;
-	const char *env[] = { "CUDA_MEM_LIMIT_0", NULL };
-	run(&r, LIBVGPU_TEST, PROBE("init"), env, &res);
-	CHECK_STR_CONTAINS(res.out, "cuInit=0");
-	CHECK_STR_CONTAINS(res.out, "cuMemAlloc=0");
-	CHECK(res.err[0] == '\0', "unlimited: stderr %s", res.err);
-	CHECK_EQ_INT(count_lines(r.log), 0);
-	root_teardown(&r);
+	/* GPUs without limits (an admin-access container): no registration, nothing refused,
+	 * nothing changed, nothing said */
+	const char *unlimited[] = { CFG_NRI CFG_GPU0(0, 0), CFG_NRI CFG_GPU0(0, 100) };
+	for (size_t i = 0; i < sizeof(unlimited) / sizeof(unlimited[0]); i++) {
+		struct root r;
+		root_setup_config(&r, "DENIED", unlimited[i]);
+		struct run res;
+		const char *env[] = { "CUDA_MEM_LIMIT_0", NULL };
+		run(&r, LIBVGPU_TEST, PROBE("init"), env, &res);
+		CHECK(strstr(res.out, "cuInit=0") && strstr(res.out, "cuMemAlloc=0"), "unlimited config %zu: %s", i, res.out);
+		CHECK(res.err[0] == '\0', "unlimited config %zu: stderr %s", i, res.err);
+		CHECK_EQ_INT(count_lines(r.log), 0);
+		root_teardown(&r);
+	}
 }
 
 static void test_untouched(void)
@@ -273,9 +415,7 @@ static void test_untouched(void)
 	      res.err);
 	/* no registration, no ledger, no bucket: the library did nothing at all */
 	CHECK_EQ_INT(count_lines(r.log), 0);
-	char path[256];
-	snprintf(path, sizeof(path), "%s/tmp/.vmem_node/ledger.v1", r.dir);
-	CHECK(access(path, F_OK) != 0, "ledger created by a process that never used CUDA");
+	CHECK_EQ_INT(count_files(&r, "/tmp/.vmem_node", ""), 0); /* no ledger */
 	root_teardown(&r);
 }
 
@@ -461,7 +601,7 @@ static void test_prodlib(void)
 static void test_corelimit(void)
 {
 	struct root r;
-	root_setup(&r, "OK");
+	root_setup_config(&r, "OK", CFG_NRI CFG_GPU0(268435456, 30));
 	struct run res;
 	const char *env[] = { "CUDA_CORE_LIMIT_0=30", "FAKE_NS_PER_BLOCK=1000", NULL };
 	run(&r, LIBVGPU_TEST, PROBE("launch", "3", "1000"), env, &res);
@@ -480,12 +620,246 @@ static void test_corelimit(void)
 	root_teardown(&r);
 }
 
+/* The last registration the scripted registry logged names the file's identity. */
+static void expect_registered_as(struct root *r, const char *what, const char *identity)
+{
+	char log[16384];
+	slurp(r->log, log, sizeof(log));
+	char *line = log;
+	for (char *p = log; (p = strchr(p, '\n')) != NULL && p[1] != '\0'; p++)
+		line = p + 1;
+	CHECK(log[0] != '\0' && strstr(line, identity) != NULL, "%s: registered as \"%s\", want %s", what, line, identity);
+}
+
+/* Blanking, unsetting or rewriting each variable the library used to trust changes nothing:
+ * allocation past the file's limit is still CUDA_ERROR_OUT_OF_MEMORY (2), the process
+ * registers with the file's identity, and a set value that differs is named once on stderr. */
+static void test_envignored(void)
+{
+	static const struct { const char *env[4]; const char *warned; } cases[] = {
+		{ { "CUDA_MEM_LIMIT_0=", NULL }, "CUDA_MEM_LIMIT_0" },
+		{ { "CUDA_MEM_LIMIT_0", NULL }, NULL },
+		{ { "CUDA_MEM_LIMIT_0=16384m", NULL }, "CUDA_MEM_LIMIT_0" },
+		{ { "MANAGER_VISIBLE_DEVICE_0=", NULL }, "MANAGER_VISIBLE_DEVICE_0" },
+		{ { "MANAGER_VISIBLE_DEVICE_0", NULL }, NULL },
+		{ { "MANAGER_VISIBLE_DEVICE_0=" OTHER_UUID, NULL }, "MANAGER_VISIBLE_DEVICE_0" },
+		{ { "MANAGER_VISIBLE_DEVICE_0=", "MANAGER_VISIBLE_DEVICE_5=" FAKE_DEFAULT_UUID, "CUDA_MEM_LIMIT_5=16384m", NULL },
+		  "MANAGER_VISIBLE_DEVICE_5" },
+		{ { "VGPU_POD_UID=", NULL }, "VGPU_POD_UID" },
+		{ { "VGPU_POD_UID", NULL }, NULL },
+		{ { "VGPU_POD_UID=" OTHER_POD_UID, NULL }, "VGPU_POD_UID" },
+		{ { "VGPU_CONTAINER_NAME=", NULL }, "VGPU_CONTAINER_NAME" },
+		{ { "VGPU_CONTAINER_NAME", NULL }, NULL },
+		{ { "VGPU_CONTAINER_NAME=other", NULL }, "VGPU_CONTAINER_NAME" },
+		{ { "MANAGER_CLIENT_REGISTER_UUID=" REGISTER_UUID, NULL }, "MANAGER_CLIENT_REGISTER_UUID" },
+	};
+	struct root r;
+	root_setup(&r, "OK");
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char what[160];
+		snprintf(what, sizeof(what), "%s%s", cases[i].env[0], cases[i].env[1] ? ", ..." : "");
+		struct run res;
+		run(&r, LIBVGPU_TEST, PROBE("alloc", "200", "57"), cases[i].env, &res);
+		CHECK(strstr(res.out, "alloc 200 MiB = 0") && strstr(res.out, "alloc 57 MiB = 2"),
+		      "%s: the file's 256 MiB limit must hold: %s%s", what, res.out, res.err);
+		expect_registered_as(&r, what, "pod=" POD_UID " name=app uuid= ");
+		if (cases[i].warned != NULL) {
+			CHECK(strstr(res.err, cases[i].warned) && strstr(res.err, "ignored"), "%s: stderr \"%s\" does not name %s",
+			      what, res.err, cases[i].warned);
+			const char *first = strstr(res.err, "libvgpu");
+			CHECK(first && strstr(first + 1, "libvgpu") == NULL, "%s: more than one line:\n%s", what, res.err);
+		} else {
+			CHECK(res.err[0] == '\0', "%s: an unset variable is not a difference: %s", what, res.err);
+		}
+	}
+	root_teardown(&r);
+
+	/* the core limit: blanked, unset or raised to 100 in the env, launches stay throttled */
+	static const char *const core_env[][3] = {
+		{ "CUDA_CORE_LIMIT_0=", "FAKE_NS_PER_BLOCK=1000", NULL },
+		{ "CUDA_CORE_LIMIT_0", "FAKE_NS_PER_BLOCK=1000", NULL },
+		{ "CUDA_CORE_LIMIT_0=100", "FAKE_NS_PER_BLOCK=1000", NULL },
+	};
+	for (size_t i = 0; i < sizeof(core_env) / sizeof(core_env[0]); i++) {
+		root_setup_config(&r, "OK", CFG_NRI CFG_GPU0(268435456, 30));
+		struct run res;
+		run(&r, LIBVGPU_TEST, PROBE("launch", "2", "1000"), core_env[i], &res);
+		struct fake_state *fs = map_fake(&r);
+		char *at = strstr(res.out, "elapsed=");
+		double elapsed = at ? atof(at + 8) : 0;
+		CHECK(res.status == 0 && fs && elapsed > 0, "%s: launch run: %d %s %s", core_env[i][0], res.status, res.out,
+		      res.err);
+		if (fs && elapsed > 0) {
+			double util = 100.0 * (double)fs->busy_total_ns[0] / (elapsed * 1e9);
+			CHECK(util < 80, "%s: the file's 30%% core limit left the GPU %.0f%% busy", core_env[i][0], util);
+		}
+		if (fs)
+			munmap(fs, sizeof(*fs));
+		root_teardown(&r);
+	}
+}
+
+/* No vgpu.config: the container was created without its configuration. Whatever the env
+ * says (the plugin's limits, or nothing at all), CUDA and NVML are refused. */
+static void test_noconfig(void)
+{
+	static const char *const envs[][5] = {
+		{ NULL },
+		{ "CUDA_MEM_LIMIT_0", "MANAGER_VISIBLE_DEVICE_0", "VGPU_POD_UID", "VGPU_CONTAINER_NAME", NULL },
+	};
+	for (size_t i = 0; i < sizeof(envs) / sizeof(envs[0]); i++) {
+		struct root r;
+		root_setup_config(&r, "OK", NULL);
+		struct run res;
+		run(&r, LIBVGPU_TEST, PROBE("init"), envs[i], &res);
+		CHECK(res.status == 0, "env %zu: the application must keep running (exit %d)", i, res.status);
+		CHECK(strstr(res.out, "cuInit=800") && strstr(res.out, "nvmlInit=4") && !strstr(res.out, "cuMemAlloc=0"),
+		      "env %zu: %s", i, res.out);
+		CHECK_STR_CONTAINS(res.err, "refusing to run CUDA without the container's vGPU limits");
+		CHECK_STR_CONTAINS(res.err, "/etc/vgpu-dra/config/vgpu.config is missing: the container was created without "
+					    "its vGPU configuration");
+		CHECK_EQ_INT(count_lines(r.log), 0);
+		root_teardown(&r);
+	}
+}
+
+/* GPUs at NVML index 16 and above are limited: CUDA devices are matched by UUID to the
+ * file's gpu lines, and the per-device state is kept by line, not by index. */
+static void test_index16(void)
+{
+	char devices[2048] = "FAKE_GPU_DEVICES=";
+	char uuid[18][48];
+	for (int i = 0; i < 18; i++) {
+		snprintf(uuid[i], sizeof(uuid[i]), "GPU-%08d-2222-3333-4444-555555555555", i);
+		snprintf(devices + strlen(devices), sizeof(devices) - strlen(devices), "%s%s:16384", i ? "," : "", uuid[i]);
+	}
+	/* one GPU, the host's index 16, as a container sees it: CUDA device 0 */
+	char cfg[1024], mgr[96];
+	snprintf(cfg, sizeof(cfg), CFG_NRI "gpu 16 %s 268435456 0\n", uuid[16]);
+	snprintf(mgr, sizeof(mgr), "MANAGER_VISIBLE_DEVICE_16=%s", uuid[16]);
+	const char *env1[] = { devices, "CUDA_VISIBLE_DEVICES=16", "MANAGER_VISIBLE_DEVICE_0", "CUDA_MEM_LIMIT_0", mgr,
+			       "CUDA_MEM_LIMIT_16=256m", NULL };
+	struct root r;
+	root_setup_config(&r, "OK", cfg);
+	struct run res;
+	run(&r, LIBVGPU_TEST, PROBE("alloc", "200", "57"), env1, &res);
+	CHECK(strstr(res.out, "alloc 200 MiB = 0") && strstr(res.out, "alloc 57 MiB = 2"), "GPU 16: %s%s", res.out, res.err);
+	run(&r, LIBVGPU_TEST, PROBE("info"), env1, &res);
+	CHECK_STR_CONTAINS(res.out, "cuMemGetInfo=0 free=268435456 total=268435456");
+	root_teardown(&r);
+
+	/* two GPUs, 3 (512 MiB) and 17 (256 MiB), listed in that order, seen by CUDA as 17, 3 */
+	snprintf(cfg, sizeof(cfg), CFG_NRI "gpu 3 %s 536870912 0\ngpu 17 %s 268435456 0\n", uuid[3], uuid[17]);
+	const char *env2[] = { devices, "CUDA_VISIBLE_DEVICES=17,3", "MANAGER_VISIBLE_DEVICE_0", "CUDA_MEM_LIMIT_0", NULL };
+	root_setup_config(&r, "OK", cfg);
+	run(&r, LIBVGPU_TEST, PROBE("alloc", "200", "57"), env2, &res);
+	CHECK(strstr(res.out, "alloc 200 MiB = 0") && strstr(res.out, "alloc 57 MiB = 2"), "GPU 17 as CUDA 0: %s%s",
+	      res.out, res.err);
+	root_teardown(&r);
+}
+
+/* Two containers of one claim (per-claim path) share the ledger but not a PID namespace:
+ * each process here is PID 1 in a namespace of its own. Together they stay within the limit,
+ * and a SIGKILLed one's usage is reclaimed. */
+static void test_pidns(void)
+{
+	if (geteuid() != 0) {
+		CHECK(0, "separate PID namespaces need root (unshare(CLONE_NEWPID))");
+		return;
+	}
+	struct root r;
+	root_setup(&r, "OK");
+	pid_t holder;
+	const char *tag[] = { "nsholder" };
+	pid_t outer = spawn_in(&r, LIBVGPU_TEST, PROBE("hold", "200"), NULL, tag[0], 1, &holder);
+	int dummy;
+	CHECK(outer > 0 && holder > 0 && wait_lines(&r, tag, 1, "held", &dummy) == 0, "holder did not allocate");
+	struct run res;
+	collect(&r, tag[0], &res);
+	CHECK(strstr(res.out, "pid 1\n") && strstr(res.out, "alloc 200 MiB = 0"), "holder: %s%s", res.out, res.err);
+	run_in(&r, LIBVGPU_TEST, PROBE("alloc", "100", "56"), NULL, 1, &res);
+	CHECK_STR_CONTAINS(res.out, "pid 1\n"); /* the same PID number as the holder */
+	CHECK_STR_CONTAINS(res.out, "alloc 100 MiB = 2"); /* 200 held by the other namespace: over 256 */
+	CHECK_STR_CONTAINS(res.out, "alloc 56 MiB = 0");  /* exactly the rest */
+	CHECK(kill(holder, SIGKILL) == 0, "kill the holder: %s", strerror(errno));
+	int st;
+	CHECK(waitpid(outer, &st, 0) == outer && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "holder status %d", st);
+	run_in(&r, LIBVGPU_TEST, PROBE("alloc", "256"), NULL, 1, &res);
+	CHECK(strstr(res.out, "alloc 256 MiB = 0"), "the killed holder's 200 MiB were not reclaimed: %s%s", res.out, res.err);
+	root_teardown(&r);
+}
+
+/* SIGKILL at each step of creating the ledger and the core-limit file (test hook
+ * VGPU_TEST_CRASH_AT=<file>:<step>, libvgpu-test.so only): the next process still gets a
+ * working ledger and limit, and the creation's temporary files do not pile up. */
+static void test_crashcreate(void)
+{
+	static const char *const files[] = { "ledger.v2", "core.v2" };
+	static const char *const steps[] = { "created", "sized", "initialised", "linked" };
+	for (size_t f = 0; f < 2; f++) {
+		for (size_t k = 0; k < 4; k++) {
+			struct root r;
+			root_setup_config(&r, "OK", CFG_NRI CFG_GPU0(268435456, 50));
+			char at[64], what[64];
+			snprintf(at, sizeof(at), "VGPU_TEST_CRASH_AT=%s:%s", files[f], steps[k]);
+			snprintf(what, sizeof(what), "%s:%s", files[f], steps[k]);
+			const char *env[] = { at, NULL };
+			struct run res;
+			run(&r, LIBVGPU_TEST, PROBE("alloc", "200"), env, &res);
+			CHECK(res.status == 128 + SIGKILL, "%s: the creating process was not killed there (exit %d)", what,
+			      res.status);
+			run(&r, LIBVGPU_TEST, PROBE("alloc", "200", "57"), NULL, &res);
+			CHECK(strstr(res.out, "alloc 200 MiB = 0") && strstr(res.out, "alloc 57 MiB = 2"),
+			      "%s: the next process: %s%s", what, res.out, res.err);
+			const char *dir = f == 0 ? "/tmp/.vmem_node" : "/tmp/.vgpu_lock";
+			char tmp_prefix[64];
+			snprintf(tmp_prefix, sizeof(tmp_prefix), "%s.tmp", files[f]);
+			if (k < 3) /* killed before the link: the next creator removed the leftover */
+				CHECK(count_files(&r, dir, tmp_prefix) == 0, "%s: temporary files left in %s", what, dir);
+			CHECK_EQ_INT(count_files(&r, dir, files[f]) - count_files(&r, dir, tmp_prefix), 1);
+			root_teardown(&r);
+		}
+	}
+}
+
+/* A forked child takes a slot of its own: what it held is given back when it exits, and the
+ * parent's own reservation is untouched. */
+static void test_fork(void)
+{
+	struct root r;
+	root_setup(&r, "OK");
+	struct run res;
+	run(&r, LIBVGPU_TEST, PROBE("fork", "100", "100", "156"), NULL, &res);
+	CHECK_STR_CONTAINS(res.out, "parent alloc 100 MiB = 0");
+	CHECK_STR_CONTAINS(res.out, "child alloc 100 MiB = 0");
+	CHECK_STR_CONTAINS(res.out, "parent alloc 156 MiB = 0");
+	run(&r, LIBVGPU_TEST, PROBE("fork", "200", "100", "57"), NULL, &res);
+	CHECK_STR_CONTAINS(res.out, "child alloc 100 MiB = 2"); /* the parent's 200 count in the child */
+	CHECK_STR_CONTAINS(res.out, "parent alloc 57 MiB = 2");
+	root_teardown(&r);
+}
+
+/* The application's descriptors are its own: stdin still reads what it was given after the
+ * library registered and opened its files (it used to close descriptor 0 on the first call). */
+static void test_stdin(void)
+{
+	struct root r;
+	root_setup(&r, "OK");
+	struct run res;
+	run(&r, LIBVGPU_TEST, ((char *const[]){ "/bin/sh", "-c", "echo hello | " PROBE_BIN " stdin", NULL }), NULL, &res);
+	CHECK_STR_CONTAINS(res.out, "alloc = 0");
+	CHECK_STR_CONTAINS(res.out, "stdin: hello\n");
+	root_teardown(&r);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
 		{ "routes", test_routes }, { "refusal", test_refusal }, { "untouched", test_untouched },
 		{ "interposer", test_interposer }, { "exact", test_exact }, { "sigkill", test_sigkill },
 		{ "reconcile", test_reconcile }, { "prodlib", test_prodlib }, { "corelimit", test_corelimit },
+		{ "envignored", test_envignored }, { "noconfig", test_noconfig }, { "index16", test_index16 },
+		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork }, { "stdin", test_stdin },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

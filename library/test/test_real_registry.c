@@ -25,9 +25,13 @@
 #define OTHER_POD_UID "7d3e1f0a-2b4c-4d5e-8f6a-9b0c1d2e3f4a"
 #define REGISTER_UUID "5f0c3a1e-8d2b-4e6f-9a1c-2b3d4e5f6a7b"
 #define CLAIM_UID "c1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8"
+#define GPU_LINE "gpu 0 " FAKE_DEFAULT_UUID " 268435456 0\n" /* 256 MiB */
+/* vgpu.config as the plugin writes it (contract §4), per path */
+#define CONFIG_NRI "version 1\nclaim " CLAIM_UID "\npod " POD_UID "\ncontainer app\n" GPU_LINE
+#define CONFIG_PERCLAIM "version 1\nclaim " CLAIM_UID "\nregister " REGISTER_UUID "\n" GPU_LINE
 
 struct root {
-	char dir[64], sock[128], config[128], pids[160], targets[128], server_log[128];
+	char dir[64], sock[128], config[128], pids[160], vgpu_config[160], targets[128], server_log[128];
 	pid_t server;
 	int lifeline; /* write end of the server's stdin: closing it ends the server */
 };
@@ -83,9 +87,18 @@ static int count(const char *hay, const char *needle)
 	return n;
 }
 
+static void write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text) || close(fd) != 0) {
+		perror(path);
+		exit(2);
+	}
+}
+
 /* A container's view of the node (VGPU_TEST_ROOT): the registry directory, the config
- * directory, the two per-container directories. */
-static void root_setup(struct root *r)
+ * directory with vgpu.config, the two per-container directories. */
+static void root_setup(struct root *r, const char *vgpu_config)
 {
 	memset(r, 0, sizeof(*r));
 	r->server = -1;
@@ -106,6 +119,8 @@ static void root_setup(struct root *r)
 	mkdir_p(p);
 	snprintf(r->sock, sizeof(r->sock), "%s/etc/vgpu-dra/registry/registry.sock", r->dir);
 	snprintf(r->pids, sizeof(r->pids), "%s/pids.config", r->config);
+	snprintf(r->vgpu_config, sizeof(r->vgpu_config), "%s/vgpu.config", r->config);
+	write_file(r->vgpu_config, vgpu_config);
 	snprintf(r->targets, sizeof(r->targets), "%s/targets.json", r->dir);
 	snprintf(r->server_log, sizeof(r->server_log), "%s/server.log", r->dir);
 }
@@ -222,7 +237,7 @@ static void root_teardown(struct root *r)
 static const char *base_env[] = {
 	"LD_LIBRARY_PATH=" FAKE_DIR,
 	"FAKE_PID_OFFSET=0", /* the fake NVML reports real PIDs: those the server lists */
-	"MANAGER_VISIBLE_DEVICE_0=" FAKE_DEFAULT_UUID,
+	"MANAGER_VISIBLE_DEVICE_0=" FAKE_DEFAULT_UUID, /* what the plugin injects next to the file */
 	"CUDA_MEM_LIMIT_0=256m",
 	"ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0",
 	"PATH=/usr/bin:/bin",
@@ -355,7 +370,7 @@ static int check_pids_file(const char *path, pid_t pid, int *has)
 static void test_nri(void)
 {
 	struct root r;
-	root_setup(&r);
+	root_setup(&r, CONFIG_NRI);
 	nri_targets(&r, 1, r.config);
 	CHECK(server_start(&r) == 0, "server start");
 	struct run res;
@@ -425,7 +440,7 @@ static void test_perclaim(void)
 	CHECK(access(procs, W_OK) == 0, "cannot create the cgroup %s: %s", ctr, strerror(errno));
 
 	struct root r;
-	root_setup(&r);
+	root_setup(&r, CONFIG_PERCLAIM);
 	char json[1024];
 	const char *claim_fmt = "{\"synced\": true, \"claims\": [{\"registerUUID\": \"" REGISTER_UUID "\", "
 				"\"claimUID\": \"" CLAIM_UID "\", \"reservedFor\": [\"%s\"], \"configDir\": \"%s\"}]}";
@@ -466,7 +481,7 @@ static void test_perclaim(void)
 static void test_retry(void)
 {
 	struct root r;
-	root_setup(&r);
+	root_setup(&r, CONFIG_NRI);
 	write_targets(&r, "{\"synced\": false}");
 	CHECK(server_start(&r) == 0, "server start");
 	double t0 = now_s();
@@ -493,7 +508,7 @@ static void test_retry(void)
 static void test_not_found(void)
 {
 	struct root r;
-	root_setup(&r);
+	root_setup(&r, CONFIG_NRI);
 	write_targets(&r, "{\"synced\": true}");
 	CHECK(server_start(&r) == 0, "server start");
 	struct run res;
@@ -516,7 +531,7 @@ static void test_not_found(void)
 static void test_restart(void)
 {
 	struct root r;
-	root_setup(&r);
+	root_setup(&r, CONFIG_NRI);
 	nri_targets(&r, 1, r.config);
 	double t0 = now_s();
 	pid_t pid = spawn(&r, PROBE("alloc", "200", "100"), nri_identity, NULL, "restart");
@@ -539,25 +554,27 @@ static void test_restart(void)
 }
 
 /* Refusal when a directory is missing: the container's config directory (refused before
- * any registration), and the server-side config directory of the target (the server
- * cannot write pids.config: INTERNAL, final). */
+ * any registration: vgpu.config is not there either), and the server-side config directory
+ * of the target (the server cannot write pids.config: INTERNAL, final). */
 static void test_missing_dir(void)
 {
 	struct root r;
-	root_setup(&r);
+	root_setup(&r, CONFIG_NRI);
 	nri_targets(&r, 1, r.config);
 	CHECK(server_start(&r) == 0, "server start");
-	CHECK(rmdir(r.config) == 0, "rmdir %s", r.config);
+	CHECK(unlink(r.vgpu_config) == 0 && rmdir(r.config) == 0, "rmdir %s", r.config);
 	struct run res;
 	run(&r, PROBE("init"), nri_identity, NULL, &res);
 	char msg[256];
-	snprintf(msg, sizeof(msg), "the vGPU config directory %s is missing", r.config);
+	snprintf(msg, sizeof(msg), "the vGPU config directory %s is missing: the container was created without its vGPU "
+		 "configuration", r.config);
 	expect_refused("container config dir missing", &res, msg);
 	char log[65536];
 	slurp(r.server_log, log, sizeof(log));
 	CHECK(count(log, "\"Registration\"") == 0, "registered without a config directory:\n%s", log);
 
 	mkdir_p(r.config);
+	write_file(r.vgpu_config, CONFIG_NRI);
 	char gone[200];
 	snprintf(gone, sizeof(gone), "%s/no-such-dir", r.dir);
 	nri_targets(&r, 1, gone);

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -25,6 +27,8 @@ const (
 	// ContainerConfigMaxGPUs bounds the gpu lines: the library's per-container arrays are
 	// indexed by a GPU's position in the file, not by its NVML index, which has no bound.
 	ContainerConfigMaxGPUs = 16
+	// ContainerConfigMaxLine bounds one line, its newline excluded.
+	ContainerConfigMaxLine = 1023
 )
 
 // ContainerConfig is what one container (NRI path) or every container of a claim (per-claim
@@ -35,7 +39,8 @@ type ContainerConfig struct {
 	// PodUID and ContainerName are the NRI path's registration identity.
 	PodUID        string
 	ContainerName string
-	// RegisterUUID is the per-claim path's registration identity.
+	// RegisterUUID is the per-claim path's registration identity; when set, the library
+	// registers with it alone.
 	RegisterUUID string
 	// GPUs are the GPUs the container may use, in the order the library indexes them.
 	GPUs []ContainerGPU
@@ -105,12 +110,21 @@ func ParseContainerConfig(data []byte) (ContainerConfig, error) {
 	sc.Buffer(make([]byte, 0, 4096), ContainerConfigMaxBytes)
 	for n := 1; sc.Scan(); n++ {
 		text := sc.Text()
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%s line %d: %s", ContainerConfigName, n, fmt.Sprintf(format, args...))
+		}
+		if len(text) > ContainerConfigMaxLine {
+			return c, bad("longer than %d bytes", ContainerConfigMaxLine)
+		}
 		if text == "" || text[0] == '#' {
 			continue
 		}
+		if strings.IndexFunc(text, func(r rune) bool { return r < ' ' || r > '~' }) >= 0 {
+			return c, bad("holds a control or non-ASCII character")
+		}
 		fields := strings.Split(text, " ")
-		bad := func(format string, args ...any) error {
-			return fmt.Errorf("%s line %d: %s", ContainerConfigName, n, fmt.Sprintf(format, args...))
+		if slices.Contains(fields, "") {
+			return c, bad("fields must be separated by exactly one space")
 		}
 		key := fields[0]
 		if !versioned {
@@ -157,10 +171,10 @@ func ParseContainerConfig(data []byte) (ContainerConfig, error) {
 			if len(c.GPUs) == ContainerConfigMaxGPUs {
 				return c, bad("more than %d gpu lines", ContainerConfigMaxGPUs)
 			}
-			if uuids[g.UUID] || indices[g.Index] {
+			if uuids[strings.ToLower(g.UUID)] || indices[g.Index] {
 				return c, bad("GPU %d (%s) appears twice", g.Index, g.UUID)
 			}
-			uuids[g.UUID], indices[g.Index] = true, true
+			uuids[strings.ToLower(g.UUID)], indices[g.Index] = true, true
 			c.GPUs = append(c.GPUs, g)
 		}
 	}
@@ -173,9 +187,6 @@ func ParseContainerConfig(data []byte) (ContainerConfig, error) {
 	if (c.PodUID == "") != (c.ContainerName == "") {
 		return c, fmt.Errorf("%s: pod and container go together", ContainerConfigName)
 	}
-	if c.RegisterUUID != "" && c.PodUID != "" {
-		return c, fmt.Errorf("%s: register (per-claim path) and pod/container (NRI path) exclude each other", ContainerConfigName)
-	}
 	return c, nil
 }
 
@@ -184,7 +195,7 @@ func parseGPU(f []string) (ContainerGPU, error) {
 		return ContainerGPU{}, fmt.Errorf("gpu takes <index> <uuid> <memoryBytes> <cores>")
 	}
 	index, err := strconv.Atoi(f[1])
-	if err != nil || index < 0 || f[1] != strconv.Itoa(index) {
+	if err != nil || index < 0 || index > math.MaxInt32 || f[1] != strconv.Itoa(index) {
 		return ContainerGPU{}, fmt.Errorf("GPU index %q is not a non-negative number", f[1])
 	}
 	for _, r := range f[2] {

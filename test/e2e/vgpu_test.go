@@ -239,7 +239,41 @@ func TestVGPU(t *testing.T) {
 		if pids := pidLines(execIn(t, "cuda", "cat /etc/vgpu-dra/config/pids.config")); len(pids) == 0 {
 			t.Errorf("the library did not register: pids.config lists no PID")
 		}
+		// A tenant who wants more blanks, unsets or raises the limit in its own env: the limit
+		// comes from the read-only vgpu.config, so nothing changes (contract §4a).
+		for _, tamper := range []string{"CUDA_MEM_LIMIT_0=", "CUDA_MEM_LIMIT_0=999999m", "env -u CUDA_MEM_LIMIT_0 -u MANAGER_VISIBLE_DEVICE_0"} {
+			out := execIn(t, "cuda", `FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" `+tamper+` vgpu_probe alloc 768 512 256 2>/dev/null; echo "exit $?"`)
+			if out != want {
+				t.Errorf("with %q the probe printed %q, want %q: the env raised the limit", tamper, out, want)
+			}
+		}
+		if out := execIn(t, "cuda", "echo x > /etc/vgpu-dra/config/vgpu.config 2>&1; cat /etc/vgpu-dra/config/vgpu.config"); !strings.Contains(out, "gpu 0 ") || !strings.Contains(out, " 1073741824 10") {
+			t.Errorf("vgpu.config after the container tried to write it:\n%s", out)
+		}
 		deletePod(t, "cuda")
+	})
+
+	t.Run("11-writable-dirs-are-bounded", func(t *testing.T) {
+		createClaim(t, claimFor("filler", "1Gi", 10))
+		createPod(t, vgpuPod("filler", "filler"))
+		waitRunning(t, "filler")
+		// The container writes into its writable vGPU directory until the file system says no:
+		// it stops at the claim's tmpfs (the chart's claimFSSize, 32Mi), not at the node's disk.
+		out := execIn(t, "filler", "dd if=/dev/zero of=/tmp/.vmem_node/fill bs=1M count=256 2>&1; echo; stat -c %s /tmp/.vmem_node/fill")
+		fields := strings.Fields(out)
+		size := fields[len(fields)-1]
+		if !strings.Contains(out, "No space left") {
+			t.Errorf("filling /tmp/.vmem_node: %q, want ENOSPC", out)
+		}
+		if n, err := strconv.ParseInt(size, 10, 64); err != nil || n > 32<<20 || n < 16<<20 {
+			t.Errorf("the fill stopped at %s bytes, want close to the 32Mi bound", size)
+		}
+		// Nobody else is harmed: a new claim on the node prepares and its pod runs.
+		createClaim(t, claimFor("after-fill", "1Gi", 10))
+		createPod(t, vgpuPod("after-fill", "after-fill"))
+		waitRunning(t, "after-fill")
+		deletePod(t, "after-fill")
+		deletePod(t, "filler")
 	})
 
 	t.Run("10-plugin-stopped-container-refused", func(t *testing.T) {

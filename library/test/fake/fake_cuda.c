@@ -13,7 +13,8 @@
 
 #define API __attribute__((visibility("default")))
 
-static __thread int current_dev = -1;
+static __thread int current_dev = -1; /* device index (shared state), not the CUDA ordinal */
+static __thread int current_ordinal = -1;
 static int initialised;
 
 /* Process-local table of allocations: key -> (bytes, device). */
@@ -48,6 +49,35 @@ static int unrecord(uint64_t key, struct alloc *out)
 	return 0;
 }
 
+/* CUDA ordinal -> device index: CUDA_VISIBLE_DEVICES (indices), else the identity. -1 if
+ * the ordinal does not exist. */
+static int nvisible = -1;
+static int visible[FAKE_MAX_DEV];
+
+static int device_of(int ordinal)
+{
+	struct fake_state *s = fake_state();
+	if (nvisible < 0) {
+		const char *v = getenv("CUDA_VISIBLE_DEVICES");
+		int n = 0;
+		if (v == NULL) {
+			for (; n < (int)s->ndev; n++)
+				visible[n] = n;
+		} else {
+			for (const char *p = v; *p && n < FAKE_MAX_DEV;) {
+				char *end;
+				long i = strtol(p, &end, 10);
+				if (end == p || i < 0 || i >= (long)s->ndev)
+					break; /* like the driver: the list ends at the first invalid entry */
+				visible[n++] = (int)i;
+				p = *end == ',' ? end + 1 : end;
+			}
+		}
+		nvisible = n;
+	}
+	return ordinal >= 0 && ordinal < nvisible ? visible[ordinal] : -1;
+}
+
 static CUresult need_ctx(void)
 {
 	if (!initialised)
@@ -67,18 +97,20 @@ API CUresult cuDeviceGetCount(int *count)
 {
 	if (!initialised)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	*count = (int)fake_state()->ndev;
+	device_of(0);
+	*count = nvisible;
 	return CUDA_SUCCESS;
 }
 
 static int hexval(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
 
-API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice ordinal)
 {
 	struct fake_state *s = fake_state();
 	if (!initialised)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (dev < 0 || (unsigned)dev >= s->ndev)
+	int dev = device_of(ordinal);
+	if (dev < 0)
 		return CUDA_ERROR_INVALID_DEVICE;
 	const char *p = s->uuid[dev] + 4; /* after "GPU-" */
 	int n = 0;
@@ -90,10 +122,11 @@ API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
-API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice ordinal)
 {
 	struct fake_state *s = fake_state();
-	if (dev < 0 || (unsigned)dev >= s->ndev)
+	int dev = device_of(ordinal);
+	if (dev < 0)
 		return CUDA_ERROR_INVALID_DEVICE;
 	*bytes = s->total[dev];
 	return CUDA_SUCCESS;
@@ -110,16 +143,17 @@ API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 
 /* A context is its device; creating the first one on a device costs FAKE_CTX_OVERHEAD
  * bytes the hooks never see (like a real context). */
-API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev)
+API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice ordinal)
 {
 	(void)flags;
-	struct fake_state *s = fake_state();
 	if (!initialised)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (dev < 0 || (unsigned)dev >= s->ndev)
+	int dev = device_of(ordinal);
+	if (dev < 0)
 		return CUDA_ERROR_INVALID_DEVICE;
-	current_dev = dev;
-	*ctx = (CUcontext)(uintptr_t)(dev + 1);
+	current_dev = dev; /* the device index; cuCtxGetDevice answers the ordinal */
+	current_ordinal = ordinal;
+	*ctx = (CUcontext)(uintptr_t)(ordinal + 1);
 	const char *ov = getenv("FAKE_CTX_OVERHEAD");
 	fake_lock();
 	struct fake_proc *p = fake_self();
@@ -135,7 +169,7 @@ API CUresult cuCtxGetDevice(CUdevice *dev)
 {
 	CUresult r = need_ctx();
 	if (r == CUDA_SUCCESS)
-		*dev = current_dev;
+		*dev = current_ordinal;
 	return r;
 }
 
@@ -288,7 +322,10 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, cons
 	if (prop == NULL || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
 		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t key;
-	CUresult r = alloc_on(prop->location.id, size, &key, 0);
+	int dev = device_of(prop->location.id);
+	if (dev < 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	CUresult r = alloc_on(dev, size, &key, 0);
 	if (r == CUDA_SUCCESS)
 		*handle = key;
 	return r;

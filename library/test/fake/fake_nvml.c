@@ -12,7 +12,7 @@
 #define API __attribute__((visibility("default")))
 
 struct fake_dev { int index; };
-static struct fake_dev devs[FAKE_MAX_DEV] = { { 0 }, { 1 }, { 2 }, { 3 } };
+static struct fake_dev devs[FAKE_MAX_DEV];
 static int inited;
 
 static int dev_index(nvmlDevice_t d)
@@ -23,7 +23,14 @@ static int dev_index(nvmlDevice_t d)
 	return f->index;
 }
 
-API nvmlReturn_t nvmlInit_v2(void) { fake_state(); inited++; return NVML_SUCCESS; }
+API nvmlReturn_t nvmlInit_v2(void)
+{
+	fake_state();
+	for (int i = 0; i < FAKE_MAX_DEV; i++)
+		devs[i].index = i;
+	inited++;
+	return NVML_SUCCESS;
+}
 API nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
 API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; return nvmlInit_v2(); }
 API nvmlReturn_t nvmlShutdown(void) { if (inited) inited--; return NVML_SUCCESS; }

@@ -34,7 +34,7 @@ uint64_t fake_now_ns(void)
 static void init_devices(struct fake_state *s)
 {
 	const char *spec = getenv("FAKE_GPU_DEVICES");
-	char buf[512];
+	char buf[4096];
 	snprintf(buf, sizeof(buf), "%s", spec && *spec ? spec : FAKE_DEFAULT_UUID ":16384");
 	s->ndev = 0;
 	for (char *tok = strtok(buf, ","); tok && s->ndev < FAKE_MAX_DEV; tok = strtok(NULL, ",")) {

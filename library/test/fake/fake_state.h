@@ -5,13 +5,16 @@
  * Env: FAKE_GPU_STATE (file, required), FAKE_GPU_DEVICES ("uuid:MiB,..."; default one
  * 16 GiB device), FAKE_NS_PER_BLOCK (busy time per block, default 1000; 0 = launches are
  * not recorded), FAKE_CTX_OVERHEAD (bytes a context costs, invisible to the hooks),
- * FAKE_PID_OFFSET (NVML reports pid + offset, like host PIDs seen from a container). */
+ * FAKE_PID_OFFSET (NVML reports pid + offset, like host PIDs seen from a container),
+ * CUDA_VISIBLE_DEVICES (comma-separated device indices: the CUDA ordinals, in that order,
+ * like the real driver's; NVML still lists every device, by its index). Up to FAKE_MAX_DEV
+ * devices, so a GPU at NVML index 16 or above can be presented. */
 #ifndef FAKE_STATE_H
 #define FAKE_STATE_H
 
 #include <stdint.h>
 
-#define FAKE_MAX_DEV 4
+#define FAKE_MAX_DEV 20
 #define FAKE_MAX_PROCS 256
 #define FAKE_RING 8192
 #define FAKE_DEFAULT_UUID "GPU-11111111-2222-3333-4444-555555555555"

@@ -5,10 +5,13 @@
  *        the limit through the resolved functions
  *   init                 cuInit and nvmlInit_v2 results
  *   info                 memory info through CUDA and NVML, the NVML process list
- *   alloc <MiB>...       allocate, print each result, keep
- *   hold <MiB>           allocate, print "held", wait to be killed
+ *   alloc <MiB>...       print the PID (as the process sees it), allocate, print each result, keep
+ *   hold <MiB>           the same, then print "held" and wait to be killed
+ *   fork <MiB> <MiB> <MiB>  allocate the first; a forked child allocates the second and exits
+ *                        without freeing; then the parent allocates the third
  *   fill <MiB> <dir>     allocate chunks until OOM; in phases driven by files in <dir>
  *   launch <seconds> <blocks>  launch kernels back to back (core-limit measurement)
+ *   stdin                cuInit, an allocation, then read a line from stdin and print it
  * Results are printed, never asserted here: the harness asserts what it reads. */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../../src/hooks.h"
@@ -245,6 +249,7 @@ static int cmd_info(void)
 static int cmd_alloc(int argc, char **argv, int hold)
 {
 	setup();
+	printf("pid %d\n", (int)getpid());
 	for (int i = 0; i < argc; i++) {
 		CUdeviceptr p;
 		CUresult r = cuMemAlloc_v2(&p, strtoull(argv[i], NULL, 10) * MiB);
@@ -257,6 +262,26 @@ static int cmd_alloc(int argc, char **argv, int hold)
 		for (;;)
 			pause();
 	}
+	return 0;
+}
+
+static int cmd_fork(uint64_t parent_mib, uint64_t child_mib, uint64_t again_mib)
+{
+	setup();
+	CUdeviceptr p;
+	printf("parent alloc %" PRIu64 " MiB = %d\n", parent_mib, cuMemAlloc_v2(&p, parent_mib * MiB));
+	fflush(stdout);
+	pid_t kid = fork();
+	if (kid == 0) {
+		/* the child's context is the parent's in this fake; the driver frees at exit */
+		printf("child alloc %" PRIu64 " MiB = %d\n", child_mib, cuMemAlloc_v2(&p, child_mib * MiB));
+		fflush(stdout);
+		_exit(0);
+	}
+	int st;
+	if (kid < 0 || waitpid(kid, &st, 0) != kid || !WIFEXITED(st))
+		return 9;
+	printf("parent alloc %" PRIu64 " MiB = %d\n", again_mib, cuMemAlloc_v2(&p, again_mib * MiB));
 	return 0;
 }
 
@@ -295,6 +320,16 @@ static int cmd_fill(uint64_t chunk_mib, const char *dir)
 	return 0;
 }
 
+static int cmd_stdin(void)
+{
+	setup();
+	CUdeviceptr p;
+	printf("alloc = %d\n", cuMemAlloc_v2(&p, MiB));
+	char line[128];
+	printf("stdin: %s", fgets(line, sizeof(line), stdin) ? line : "(nothing)\n");
+	return 0;
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -330,10 +365,14 @@ int main(int argc, char **argv)
 		return cmd_alloc(argc - 2, argv + 2, 0);
 	if (argc >= 3 && strcmp(argv[1], "hold") == 0)
 		return cmd_alloc(argc - 2, argv + 2, 1);
+	if (argc >= 2 && strcmp(argv[1], "stdin") == 0)
+		return cmd_stdin();
+	if (argc >= 5 && strcmp(argv[1], "fork") == 0)
+		return cmd_fork(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
 	if (argc >= 4 && strcmp(argv[1], "fill") == 0)
 		return cmd_fill(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc >= 4 && strcmp(argv[1], "launch") == 0)
 		return cmd_launch(atof(argv[2]), (unsigned)atoi(argv[3]));
-	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fill|launch ...\n");
+	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|stdin ...\n");
 	return 2;
 }

@@ -32,6 +32,7 @@ func TestChurnAcrossPluginRestarts(t *testing.T) {
 		mu         sync.Mutex
 		violations = map[string]bool{}
 		checks     int
+		checkErr   error
 		started    []time.Duration
 		failures   []string
 	)
@@ -39,8 +40,11 @@ func TestChurnAcrossPluginRestarts(t *testing.T) {
 	go func() {
 		defer close(checkerDone)
 		for ctx.Err() == nil {
-			list, err := runningContainers(t)
+			list, err := runningContainers()
 			mu.Lock()
+			if err != nil && checkErr == nil {
+				checkErr = err
+			}
 			if err == nil {
 				checks++
 				for _, v := range unadjustedVGPUContainers(list) {
@@ -116,7 +120,7 @@ func TestChurnAcrossPluginRestarts(t *testing.T) {
 		t.Errorf("a vGPU container ran without what NRI gives it: %s", v)
 	}
 	if checks == 0 {
-		t.Error("the runtime was never inspected")
+		t.Errorf("the runtime was never inspected: %v", checkErr)
 	}
 }
 

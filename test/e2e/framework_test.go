@@ -260,3 +260,14 @@ func mustRunScript(t *testing.T, script string, args ...string) string {
 	}
 	return string(out)
 }
+
+// probeOutput is vgpu_probe's output without its "pid N" line (which differs per run).
+func probeOutput(out string) string {
+	var keep []string
+	for _, line := range strings.SplitAfter(out, "\n") {
+		if !strings.HasPrefix(line, "pid ") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "")
+}

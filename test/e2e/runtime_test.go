@@ -3,13 +3,16 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"testing"
+	"time"
 )
 
 // The runtime's own view of the containers: what containerd will run, not what the pods'
@@ -25,10 +28,18 @@ func containerdSocket() string {
 	return filepath.Join(dir, "containerd", "containerd.sock")
 }
 
-// ctr runs containerd's client against the cluster's containerd, in the CRI namespace.
-func ctr(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	return run(t, "ctr", append([]string{"-a", containerdSocket(), "-n", "k8s.io"}, args...)...)
+// ctr runs containerd's client against the cluster's containerd, in the CRI namespace, and
+// returns its standard output (ctr logs warnings, such as cgroup v1's deprecation, on stderr).
+func ctr(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "ctr"), append([]string{"-a", containerdSocket(), "-n", "k8s.io"}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	return stdout.String(), nil
 }
 
 // runtimeContainer is one container as containerd holds it.
@@ -42,21 +53,20 @@ type runtimeContainer struct {
 
 // runningContainers lists the containers whose task is running, with their OCI spec's env and
 // mounts. A container that goes away while it is being listed is skipped.
-func runningContainers(t *testing.T) ([]runtimeContainer, error) {
-	t.Helper()
-	out, err := ctr(t, "tasks", "ls")
+func runningContainers() ([]runtimeContainer, error) {
+	out, err := ctr("tasks", "ls")
 	if err != nil {
 		return nil, fmt.Errorf("ctr tasks ls: %v: %s", err, out)
 	}
 	var running []string
-	for _, line := range strings.Split(out, "\n")[1:] {
-		if f := strings.Fields(line); len(f) >= 3 && f[2] == "RUNNING" {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[2] == "RUNNING" {
 			running = append(running, f[0])
 		}
 	}
 	var list []runtimeContainer
 	for _, id := range running {
-		info, err := ctr(t, "containers", "info", id)
+		info, err := ctr("containers", "info", id)
 		if err != nil {
 			continue // removed meanwhile
 		}

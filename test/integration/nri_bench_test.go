@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	kmetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
@@ -101,27 +101,38 @@ func benchNRI(b *testing.B) {
 		return ans.Latencies
 	}
 
-	ourPlugin := func(stateDir string) *nri.Plugin {
-		return nri.NewPlugin(nri.Config{Layout: claimdir.Layout{StateDir: stateDir}}, staticClaims{claim}, metrics.NewNRIMetrics(kmetrics.NewKubeRegistry()), klog.Background().V(10))
+	ourPlugin := func(layout claimdir.Layout) (*nri.Plugin, *metrics.NRIMetrics) {
+		// Prepare made the claim's directory (and its tmpfs) before any container of it.
+		if err := layout.EnsureClaimDir(claimUID); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = layout.RemoveClaim(claimUID) })
+		m := metrics.NewNRIMetrics(kmetrics.NewKubeRegistry())
+		return nri.NewPlugin(nri.Config{Layout: layout}, staticClaims{claim}, m, klog.Background().V(10)), m
 	}
 	base := percentiles(measure("noop", noopNRIPlugin{}))
-	b.Logf("CreateContainer round trip, %d calls each (runtime and plugin in separate processes); every container is removed before the next, so each creates its directories", benchCalls)
+	b.Logf("CreateContainer round trip, %d calls each (runtime and plugin in separate processes); every container is removed before the next, so each creates its directories and vgpu.config", benchCalls)
 	b.Logf("  no-op plugin:               p50 %v  p99 %v  max %v", base[0], base[1], base[2])
 	b.ReportMetric(float64(base[0].Microseconds()), "noop-p50-µs")
-	// The state directory on this machine's disk, and on tmpfs: directory creation on a slow
-	// disk alone can cost more than the target.
-	states := []struct{ name, dir string }{{"disk", filepath.Join(dir, "state")}}
-	if shm, err := os.MkdirTemp("/dev/shm", "vgn-"); err == nil {
-		b.Cleanup(func() { _ = os.RemoveAll(shm) })
-		states = append(states, struct{ name, dir string }{"tmpfs", shm})
+	// The state directory on this machine's disk: with the claim's tmpfs (the default,
+	// --claim-fs-size) the container directories are made in memory; without it, on the disk.
+	states := []struct {
+		name   string
+		layout claimdir.Layout
+	}{
+		{"claim-tmpfs", claimdir.Layout{StateDir: filepath.Join(dir, "state-tmpfs"), ClaimFSBytes: 32 << 20}},
+		{"disk", claimdir.Layout{StateDir: filepath.Join(dir, "state-disk")}},
 	}
 	for _, s := range states {
-		ours := ourPlugin(s.dir)
+		ours, m := ourPlugin(s.layout)
 		v := percentiles(measure("vgpu-"+s.name, ours))
 		if ours.Cache().Len() != 0 {
 			b.Fatalf("cache holds %d entries after every container was removed", ours.Cache().Len())
 		}
-		b.Logf("  vgpu plugin, state on %-5s: p50 %v  p99 %v  max %v", s.name, v[0], v[1], v[2])
+		if n, err := testutil.GetCounterMetricValue(m.Injections); err != nil || n != benchCalls {
+			b.Fatalf("%v of %d containers were given their directories (%v)", n, benchCalls, err)
+		}
+		b.Logf("  vgpu plugin, dirs on %-11s: p50 %v  p99 %v  max %v", s.name, v[0], v[1], v[2])
 		b.Logf("    added:                    p50 %v  p99 %v  (target <= 150us / <= 500us)", v[0]-base[0], v[1]-base[1])
 		b.ReportMetric(float64((v[0] - base[0]).Microseconds()), "added-p50-µs-"+s.name)
 		b.ReportMetric(float64((v[1] - base[1]).Microseconds()), "added-p99-µs-"+s.name)

@@ -38,6 +38,21 @@ check_network() {
   fi
 }
 
+# check_plugin_state: no claim directory of the plugin and no claim CDI spec is left (the
+# claims of the pods the cluster ran are never unprepared by a kubelet that is torn down).
+check_plugin_state() {
+  local path dir
+  for path in "${PLUGIN_STATE_DIR}"/claims/*; do
+    [[ -e "${path}" ]] && problem "plugin state left: ${path}"
+  done
+  for dir in "${CDI_DIRS[@]}"; do
+    for path in "${dir}"/vgpu.dra.dev-claim_*.json; do
+      [[ -e "${path}" ]] && problem "plugin state left: ${path}"
+    done
+  done
+  return 0
+}
+
 # check_against_baseline NAME CURRENT_LINES BASELINE_FILE reports lines that are new since the
 # baseline (every line when there is no baseline).
 check_against_baseline() {
@@ -69,6 +84,7 @@ main() {
   require_root
   check_processes
   check_mounts
+  check_plugin_state
   check_network
   check_against_baseline "iptables chain left" "$(cluster_chains)" "${baseline:+${baseline}/chains}"
   check_against_baseline "cgroup left" "$(kubepods_cgroups)" "${baseline:+${baseline}/cgroups}"
@@ -77,7 +93,7 @@ main() {
     printf '  %s\n' "${problems[@]}" >&2
     die "the machine is not clean: ${#problems[@]} leftover(s)"
   fi
-  log "clean: no cluster process, mount, bridge, iptables chain, kubepods cgroup or changed sysctl left"
+  log "clean: no cluster process, mount, plugin claim state, bridge, iptables chain, kubepods cgroup or changed sysctl left"
 }
 
 main "$@"

@@ -191,6 +191,20 @@ remove_created_dirs() {
   done <"${BASELINE_DIR}/created-dirs"
 }
 
+# remove_plugin_state removes what the plugin left for the pods the cluster ran: claim
+# directories (their tmpfs is unmounted above) and the claims' CDI specs. The kubelet never
+# unprepares the claims of a cluster that is torn down under its pods. The state dir itself, the
+# installed library and the registry socket dir are left to remove_created_dirs.
+remove_plugin_state() {
+  local dir
+  if [[ -d "${PLUGIN_STATE_DIR}/claims" && -z "$(mounts_under "${PLUGIN_STATE_DIR}/claims")" ]]; then
+    rm -rf --one-file-system "${PLUGIN_STATE_DIR}/claims"
+  fi
+  for dir in "${CDI_DIRS[@]}"; do
+    rm -f "${dir}"/vgpu.dra.dev-claim_*.json "${dir}"/.vgpu.dra.dev-claim_*.tmp
+  done
+}
+
 # save_logs keeps the components' logs of this cluster in _output/cluster/logs.
 save_logs() {
   [[ -d "${LOG_DIR}" ]] || return 0
@@ -209,6 +223,7 @@ teardown_cluster() {
   delete_chains
   remove_cgroups
   restore_sysctls
+  remove_plugin_state
   remove_created_dirs
   save_logs
 }

@@ -7,7 +7,7 @@ GO_PACKAGES := ./...
 # Short: unix socket paths in tests must stay under ~100 bytes.
 export TMPDIR ?= /tmp
 
-.PHONY: all build test-deps test test-go test-tools test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz bench bench-go bench-library clean
+.PHONY: all build test-deps test test-go test-tools test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz fuzz-long bench bench-go bench-library clean
 .PHONY: cluster-bins cluster-up cluster-down e2e demo
 
 all: build
@@ -71,6 +71,15 @@ lint:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./pkg/registry -run '^$$' -fuzz '^FuzzParseFrame$$' -fuzztime $(FUZZTIME)
+
+## fuzz-long: every fuzz target for FUZZ_LONG_TIME each (outside CI): the registry frame parser
+## and the vgpu.config reader in Go, the library's vgpu.config reader under libFuzzer
+## (hack/fuzz-library.sh). A crasher becomes a regression test (testdata/fuzz, library/test/fuzz/corpus).
+FUZZ_LONG_TIME ?= 10m
+fuzz-long:
+	$(GO) test ./pkg/registry -run '^$$' -fuzz '^FuzzParseFrame$$' -fuzztime $(FUZZ_LONG_TIME)
+	$(GO) test ./pkg/contract -run '^$$' -fuzz '^FuzzParseContainerConfig$$' -fuzztime $(FUZZ_LONG_TIME)
+	hack/fuzz-library.sh $(FUZZ_LONG_TIME)
 
 ## bench: benchmarks that print ratios against baselines measured in the same run.
 bench: bench-go bench-library

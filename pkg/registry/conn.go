@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -159,6 +160,17 @@ func (s *Server) handleSafely(c *net.UnixConn, req Request) (resp Response) {
 
 func (s *Server) busy(msg string) Response {
 	return Response{Status: StatusBusy, Message: msg, RetryAfter: s.cfg.RetryAfterBusy, HasRetryAfter: true}
+}
+
+// restarting is the answer of a server that stops: the client retries, and reaches the next
+// plugin instance (contract §5).
+func (s *Server) restarting() Response {
+	return s.retry(s.cfg.RetryAfterStopping, "the registry is restarting")
+}
+
+// cutShort reports whether err is the server's stop cutting a wait short.
+func (s *Server) cutShort(err error) bool {
+	return errors.Is(err, context.Canceled) && s.ctx.Err() != nil
 }
 
 // respond writes resp, then closes in order (contract §5): shut down the write side and

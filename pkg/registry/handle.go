@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -69,11 +70,10 @@ func (s *Server) registerContainer(c *net.UnixConn, req Request) Response {
 		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in the container %q of pod %s", p.pid, req.ContainerName, req.PodUID)}
 	}
 	err = s.writes.do(ctr.ConfigDir+"\x00"+target, func() error {
-		return WritePIDsConfig(ctr.ConfigDir, func() ([]int, error) { return s.cgroups.PIDs(target) })
+		return s.writePIDs(ctr.ConfigDir, func() ([]int, error) { return s.cgroups.PIDs(target) })
 	})
 	if err != nil {
-		s.logger.Error(err, "Write pids.config", "container", ctr.ID, "claim", ctr.ClaimUID)
-		return Response{Status: StatusInternal, Message: "writing pids.config failed"}
+		return s.writeFailed(err, "container", ctr.ID, "claim", ctr.ClaimUID)
 	}
 	return Response{Status: StatusOK}
 }
@@ -105,13 +105,34 @@ func (s *Server) registerForClaim(c *net.UnixConn, req Request) Response {
 	}
 	s.claimRegs.add(claim.UID, req.RegisterUUID, container)
 	err = s.writes.do(claim.ConfigDir, func() error {
-		return WritePIDsConfig(claim.ConfigDir, func() ([]int, error) { return s.claimRegs.pids(claim.UID, s.cgroups) })
+		return s.writePIDs(claim.ConfigDir, func() ([]int, error) { return s.claimRegs.pids(claim.UID, s.cgroups) })
 	})
 	if err != nil {
-		s.logger.Error(err, "Write pids.config", "claim", claim.UID)
-		return Response{Status: StatusInternal, Message: "writing pids.config failed"}
+		return s.writeFailed(err, "claim", claim.UID)
 	}
 	return Response{Status: StatusOK}
+}
+
+// writePIDs writes pids.config, waiting for its lock at most LockTimeout and not past the
+// server's stop.
+func (s *Server) writePIDs(configDir string, list func() ([]int, error)) error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.LockTimeout)
+	defer cancel()
+	return WritePIDsConfig(ctx, configDir, list)
+}
+
+// writeFailed answers a failed pids.config write: RETRY when a process of the container held
+// its lock past the deadline (the container's own doing: it slows only itself) or the server
+// is stopping, INTERNAL otherwise.
+func (s *Server) writeFailed(err error, logKV ...any) Response {
+	switch {
+	case errors.Is(err, ErrLocked):
+		return s.retry(s.cfg.RetryAfterLocked, "pids.config stays locked by a process that reads it")
+	case s.cutShort(err):
+		return s.restarting()
+	}
+	s.logger.Error(err, "Write pids.config", logKV...)
+	return Response{Status: StatusInternal, Message: "writing pids.config failed"}
 }
 
 // callerCgroup is the cgroup of the connection's peer. It fails — and the caller is

@@ -27,6 +27,9 @@ const (
 	DefaultRetryAfterUnsynced   = 100 * time.Millisecond
 	DefaultRetryAfterNotStarted = 50 * time.Millisecond
 	DefaultRetryAfterBusy       = 20 * time.Millisecond
+	DefaultRetryAfterLocked     = 100 * time.Millisecond
+	DefaultRetryAfterStopping   = 200 * time.Millisecond
+	DefaultLockTimeout          = time.Second
 	DefaultWatchInterval        = time.Second
 	// maxBusyAnswers bounds the goroutines that answer BUSY to connections over
 	// MaxOpenConns; past it such connections are closed at once.
@@ -43,15 +46,21 @@ type Config struct {
 	// (by the pod UID the request names, else by its register UUID).
 	MaxRequests       int
 	MaxRequestsPerPod int
+	// LockTimeout bounds the wait for pids.config's lock (a reader in the container holds
+	// it); past it the registration is answered RETRY.
+	LockTimeout time.Duration
 	// HeaderTimeout, BodyTimeout and Linger default to contract §5's 2 s, 2 s and 100 ms.
 	HeaderTimeout time.Duration
 	BodyTimeout   time.Duration
 	Linger        time.Duration
 	// RetryAfter* are the retry_after_ms answered with RETRY before the first Synchronize,
-	// RETRY for a created but not started container, and BUSY.
+	// RETRY for a created but not started container, BUSY, RETRY for a pids.config that
+	// stayed locked, and RETRY from a server that is stopping.
 	RetryAfterUnsynced   time.Duration
 	RetryAfterNotStarted time.Duration
 	RetryAfterBusy       time.Duration
+	RetryAfterLocked     time.Duration
+	RetryAfterStopping   time.Duration
 	// WatchInterval is how often the server checks that its socket is still in place.
 	WatchInterval time.Duration
 }
@@ -76,6 +85,9 @@ func (c *Config) setDefaults() {
 	defD(&c.RetryAfterUnsynced, DefaultRetryAfterUnsynced)
 	defD(&c.RetryAfterNotStarted, DefaultRetryAfterNotStarted)
 	defD(&c.RetryAfterBusy, DefaultRetryAfterBusy)
+	defD(&c.RetryAfterLocked, DefaultRetryAfterLocked)
+	defD(&c.RetryAfterStopping, DefaultRetryAfterStopping)
+	defD(&c.LockTimeout, DefaultLockTimeout)
 	defD(&c.WatchInterval, DefaultWatchInterval)
 }
 
@@ -97,7 +109,7 @@ type Server struct {
 	deps    Deps
 	cgroups CgroupHierarchy
 	logger  logr.Logger
-	ctx     context.Context
+	ctx     context.Context // ends when the server stops: every wait of a handler ends with it
 	cancel  context.CancelFunc
 
 	reading   atomic.Int64 // connections still reading their frame

@@ -1,0 +1,73 @@
+package registry_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
+	rt "github.com/vgpu-dra/vgpu-dra/pkg/registry/registrytest"
+)
+
+// One container's misbehaviour — any number of its connections, any content — may only slow
+// that container (contract §5, "Bounds"). Each tenant here is a real process in its own
+// cgroup; what is asserted is what the other containers get.
+
+// oneAttempt is a client budget shorter than any wait: the retrying client makes one attempt.
+const oneAttempt = time.Nanosecond
+
+// pidsFile creates pids.config in dir, as an earlier registration would have, so that a
+// tenant can lock it.
+func pidsFile(t testing.TB, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "pids.config")
+	if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// stopWithin stops s and fails the test when Stop does not return: the bound turns a hang
+// into a failure, it is not an asserted time.
+func stopWithin(t testing.TB, s *registry.Server) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { s.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Server.Stop did not return")
+	}
+}
+
+// TestLockedPIDsConfigAnswersRetry: a container that holds flock(LOCK_SH) on its own
+// pids.config gets RETRY for its registrations instead of a server that waits forever; once
+// it lets go, it registers; and the server stops while such a registration waits.
+func TestLockedPIDsConfigAnswersRetry(t *testing.T) {
+	h := rt.Hierarchies(t)[0]
+	ctr := rt.NewCgroup(t, h)
+	dir := configDir(t, shortDir(t), "c")
+	lock := pidsFile(t, dir)
+	cs := newContainers()
+	cs.set(podA, "app", registry.Container{ConfigDir: dir, Cgroup: ctr.Path}, true)
+	s := startServer(t, registry.Config{}, registry.Deps{Containers: cs, Cgroups: &h})
+	req := registry.Request{PodUID: podA, ContainerName: "app"}
+
+	holder := rt.StartChild(t, ctr, rt.Spec{Socket: s.Socket(), Lock: lock, Count: 1, Budget: oneAttempt, Request: req})
+	rep := holder.Report(t)
+	if rep.Statuses[0] != "RETRY" {
+		t.Fatalf("registration while the container holds its pids.config: %s %s; want RETRY", rep.Statuses[0], rep.Messages[0])
+	}
+	holder.Stop()
+	after := rt.StartChild(t, ctr, rt.Spec{Socket: s.Socket(), Count: 1, Request: req})
+	if rep := after.Report(t); rep.Statuses[0] != "OK" {
+		t.Fatalf("registration once the lock is released: %s %s", rep.Statuses[0], rep.Messages[0])
+	}
+
+	// A registration waiting for the lock does not hold the server's stop up.
+	holder = rt.StartChild(t, ctr, rt.Spec{Socket: s.Socket(), Lock: lock, Count: 1, Budget: oneAttempt, Request: req})
+	holder.Ready(t)
+	waitFor(t, "the registration to wait for the lock", func() bool { return registry.RequestsInFlight(s) == 1 })
+	stopWithin(t, s)
+}

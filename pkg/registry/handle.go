@@ -4,31 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"time"
 )
 
 // handle answers one well-formed request, in the order of contract §5: target resolution
 // (RETRY / NOT_FOUND) → peer check (DENIED) → pids.config → OK.
-func (s *Server) handle(c *net.UnixConn, req Request) Response {
+func (s *Server) handle(who caller, req Request) Response {
 	var resp Response
 	if req.PerClaim() {
-		resp = s.registerForClaim(c, req)
+		resp = s.registerForClaim(who, req)
 	} else {
-		resp = s.registerContainer(c, req)
+		resp = s.registerContainer(who, req)
 	}
 	log := s.logger.V(2)
 	if resp.Status == StatusDenied || resp.Status == StatusInternal {
 		log = s.logger.V(0)
 	}
-	log.Info("Registration", "status", resp.Status.String(), "pod", req.PodUID, "container", req.ContainerName,
+	log.Info("Registration", "status", resp.Status.String(), "callerPID", who.peer.pid, "caller", who.key,
+		"pod", req.PodUID, "container", req.ContainerName,
 		"registerUUID", req.RegisterUUID, "clientVersion", req.ClientVersion, "message", resp.Message)
 	return resp
 }
 
 // registerContainer is the NRI path: the newest instance of (pod UID, container name).
-func (s *Server) registerContainer(c *net.UnixConn, req Request) Response {
+func (s *Server) registerContainer(who caller, req Request) Response {
 	if s.deps.Containers == nil {
 		return Response{Status: StatusNotFound, Message: "this node registers containers by register UUID only (no NRI path)"}
 	}
@@ -61,15 +61,13 @@ func (s *Server) registerContainer(c *net.UnixConn, req Request) Response {
 		}
 		target = cg
 	}
-	p, caller, err := s.callerCgroup(c)
-	if err != nil {
-		return Response{Status: StatusDenied, Message: err.Error()}
+	if who.err != nil {
+		return Response{Status: StatusDenied, Message: who.err.Error()}
 	}
-	defer p.close()
-	if !Within(caller, target) {
-		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in the container %q of pod %s", p.pid, req.ContainerName, req.PodUID)}
+	if !Within(who.cgroup, target) {
+		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in the container %q of pod %s", who.peer.pid, req.ContainerName, req.PodUID)}
 	}
-	err = s.writes.do(ctr.ConfigDir+"\x00"+target, func() error {
+	err := s.writes.do(ctr.ConfigDir+"\x00"+target, func() error {
 		return s.writePIDs(ctr.ConfigDir, func() ([]int, error) { return s.cgroups.PIDs(target) })
 	})
 	if err != nil {
@@ -83,7 +81,7 @@ func (s *Server) registerContainer(c *net.UnixConn, req Request) Response {
 // every container registered for the claim. The optional pod_uid and container_name of the
 // request play no part: on this path nothing sets them for the container (an image may
 // carry stale values), and the cgroup is the authority on the caller's pod.
-func (s *Server) registerForClaim(c *net.UnixConn, req Request) Response {
+func (s *Server) registerForClaim(who caller, req Request) Response {
 	if s.deps.Claims == nil {
 		return Response{Status: StatusNotFound, Message: "this node has no per-claim registrations"}
 	}
@@ -91,20 +89,18 @@ func (s *Server) registerForClaim(c *net.UnixConn, req Request) Response {
 	if !ok {
 		return Response{Status: StatusNotFound, Message: "no claim prepared on this node has this register UUID"}
 	}
-	p, caller, err := s.callerCgroup(c)
-	if err != nil {
-		return Response{Status: StatusDenied, Message: err.Error()}
+	if who.err != nil {
+		return Response{Status: StatusDenied, Message: who.err.Error()}
 	}
-	defer p.close()
-	pod, container, ok := PodOfCgroup(caller)
+	pod, container, ok := PodOfCgroup(who.cgroup)
 	switch {
 	case !ok:
-		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in a pod's container cgroup", p.pid)}
+		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in a pod's container cgroup", who.peer.pid)}
 	case !slices.Contains(claim.ReservedFor, pod):
 		return Response{Status: StatusDenied, Message: fmt.Sprintf("the claim is not reserved for the caller's pod %s", pod)}
 	}
 	s.claimRegs.add(claim.UID, req.RegisterUUID, container)
-	err = s.writes.do(claim.ConfigDir, func() error {
+	err := s.writes.do(claim.ConfigDir, func() error {
 		return s.writePIDs(claim.ConfigDir, func() ([]int, error) { return s.claimRegs.pids(claim.UID, s.cgroups) })
 	})
 	if err != nil {
@@ -133,24 +129,6 @@ func (s *Server) writeFailed(err error, logKV ...any) Response {
 	}
 	s.logger.Error(err, "Write pids.config", logKV...)
 	return Response{Status: StatusInternal, Message: "writing pids.config failed"}
-}
-
-// callerCgroup is the cgroup of the connection's peer. It fails — and the caller is
-// DENIED — whenever anything about the peer is unknown.
-func (s *Server) callerCgroup(c *net.UnixConn) (peer, string, error) {
-	p, err := peerOf(c)
-	if err != nil {
-		return peer{}, "", fmt.Errorf("the caller's credentials are unknown: %w", err)
-	}
-	cg, err := s.cgroups.OfPID(p.pid)
-	if err == nil && !p.stillSame() {
-		err = errors.New("the caller exited during the check")
-	}
-	if err != nil {
-		p.close()
-		return peer{}, "", fmt.Errorf("the caller's cgroup is unknown: %w", err)
-	}
-	return p, cg, nil
 }
 
 func (s *Server) retry(after time.Duration, msg string) Response {

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	basemetrics "k8s.io/component-base/metrics"
+
+	vgpumetrics "github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
 	rt "github.com/vgpu-dra/vgpu-dra/pkg/registry/registrytest"
 )
@@ -41,6 +44,18 @@ func stopWithin(t testing.TB, s *registry.Server) {
 	}
 }
 
+// answered is how many registrations the server has answered, whatever the status.
+func answered(t testing.TB, reg basemetrics.KubeRegistry) int {
+	counts, _ := gatherRegistry(t, reg)
+	n := 0.0
+	for status, c := range counts {
+		if status != "NO_RESPONSE" {
+			n += c
+		}
+	}
+	return int(n)
+}
+
 // TestLockedPIDsConfigAnswersRetry: a container that holds flock(LOCK_SH) on its own
 // pids.config gets RETRY for its registrations instead of a server that waits forever; once
 // it lets go, it registers; and the server stops while such a registration waits.
@@ -69,5 +84,57 @@ func TestLockedPIDsConfigAnswersRetry(t *testing.T) {
 	holder = rt.StartChild(t, ctr, rt.Spec{Socket: s.Socket(), Lock: lock, Count: 1, Budget: oneAttempt, Request: req})
 	holder.Ready(t)
 	waitFor(t, "the registration to wait for the lock", func() bool { return registry.RequestsInFlight(s) == 1 })
+	stopWithin(t, s)
+}
+
+// TestOneTenantCannotTakeEveryRequestSlot: a container holds its claim's pids.config locked
+// and sends 300 registrations at once, each naming a different made-up pod; a registration
+// of another container is still answered OK, and the server still stops.
+func TestOneTenantCannotTakeEveryRequestSlot(t *testing.T) {
+	h := rt.Hierarchies(t)[0]
+	kube := rt.NewCgroup(t, h)
+	tenant := kube.Sub(t, "kubepods/besteffort/pod"+podA+"/ctr-t")
+	other := kube.Sub(t, "kubepods/besteffort/pod"+podB+"/ctr-o")
+	claimDir := configDir(t, shortDir(t), "claim")
+	lock := pidsFile(t, claimDir)
+	otherDir := configDir(t, shortDir(t), "other")
+	cs := newContainers()
+	cs.set(podB, "app", registry.Container{ConfigDir: otherDir, Cgroup: other.Path}, true)
+	reg := basemetrics.NewKubeRegistry()
+	s := startServer(t, registry.Config{}, registry.Deps{
+		Containers: cs, Claims: claims{uuidR: {UID: claim, ReservedFor: []string{podA}, ConfigDir: claimDir}},
+		Cgroups: &h, Metrics: vgpumetrics.NewRegistryMetrics(reg),
+	})
+
+	const flood = 300
+	flooder := rt.StartChild(t, tenant, rt.Spec{Socket: s.Socket(), Lock: lock, Count: flood, Budget: oneAttempt,
+		RandomPodUID: true, Request: registry.Request{RegisterUUID: uuidR}})
+	flooder.Ready(t)
+	waitFor(t, "every registration of the tenant to be in flight or answered", func() bool {
+		return registry.RequestsInFlight(s)+answered(t, reg) >= flood
+	})
+	victim := rt.StartChild(t, other, rt.Spec{Socket: s.Socket(), Count: 1, Request: registry.Request{PodUID: podB, ContainerName: "app"}})
+	if rep := victim.Report(t); rep.Statuses[0] != "OK" {
+		t.Fatalf("another container's registration during the tenant's flood: %s %s; want OK", rep.Statuses[0], rep.Messages[0])
+	}
+	stopWithin(t, s)
+}
+
+// TestIdleFloodFromOneTenantDoesNotLockOthersOut: one process opens more stalled connections
+// than the server's bound on open connections; a registration from another container is
+// still answered OK.
+func TestIdleFloodFromOneTenantDoesNotLockOthersOut(t *testing.T) {
+	h := rt.Hierarchies(t)[0]
+	ctr := rt.NewCgroup(t, h)
+	dir := configDir(t, shortDir(t), "c")
+	cs := newContainers()
+	cs.set(podA, "app", registry.Container{ConfigDir: dir, Cgroup: ctr.Path}, true)
+	// The stalled connections outlive the victim's whole retry budget.
+	s := startServer(t, registry.Config{HeaderTimeout: time.Minute}, registry.Deps{Containers: cs, Cgroups: &h})
+	rt.Flood(t, s.Socket(), 1100) // from this test process: one caller
+	victim := rt.StartChild(t, ctr, rt.Spec{Socket: s.Socket(), Count: 1, Request: registry.Request{PodUID: podA, ContainerName: "app"}})
+	if rep := victim.Report(t); rep.Statuses[0] != "OK" {
+		t.Fatalf("registration during another caller's flood of stalled connections: %s %s; want OK", rep.Statuses[0], rep.Messages[0])
+	}
 	stopWithin(t, s)
 }

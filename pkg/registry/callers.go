@@ -1,0 +1,106 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+)
+
+// caller is who is at the other end of a connection, identified once, when the connection
+// is accepted, by what the kernel says and not by what the client sends: its PID from
+// SO_PEERCRED and that PID's cgroup. Bounds are kept per key (callerKey), and the peer check
+// of the request uses the same identity.
+type caller struct {
+	peer   peer   // the pidfd, where there is one, is held until the connection ends
+	cgroup string // empty when err is set
+	// err says why the caller could not be identified; its request is DENIED where the
+	// peer is checked (contract §5).
+	err error
+	key string
+}
+
+// unidentifiedCaller is the one key of every caller whose cgroup could not be read (it
+// exited, or its PID is not visible here): they share one set of bounds. A legitimate
+// caller is alive and visible, so only callers that will be DENIED anyway land there.
+const unidentifiedCaller = "?"
+
+// identify reads the caller's credentials and cgroup. With a pidfd (SO_PEERPIDFD) the cgroup
+// read is known to be that very process's: one that exited meanwhile is unidentified, so a
+// reused PID cannot charge its connections to another container.
+func (s *Server) identify(c *net.UnixConn) caller {
+	p, err := peerOf(c)
+	if err != nil {
+		return caller{peer: peer{pidfd: -1}, err: fmt.Errorf("the caller's credentials are unknown: %w", err), key: unidentifiedCaller}
+	}
+	cg, err := s.cgroups.OfPID(p.pid)
+	if err == nil && !p.stillSame() {
+		err = errors.New("the caller exited during the check")
+	}
+	if err != nil {
+		p.close()
+		return caller{peer: peer{pid: p.pid, pidfd: -1}, err: fmt.Errorf("the caller's cgroup is unknown: %w", err), key: unidentifiedCaller}
+	}
+	return caller{peer: p, cgroup: cg, key: callerKey(cg)}
+}
+
+func (c caller) close() { c.peer.close() }
+
+// callerKey is the container a cgroup belongs to: for a pod's cgroup, the pod cgroup's child
+// on the way to it (PodOfCgroup), so that cgroups a container creates below its own do not
+// count as other callers; otherwise the cgroup itself.
+func callerKey(cgroup string) string {
+	if _, container, ok := PodOfCgroup(cgroup); ok {
+		return container
+	}
+	return cgroup
+}
+
+// phase is what a caller's connection counts against.
+type phase int
+
+const (
+	phaseReading  phase = iota // still reading its frame (MaxOpenConnsPerCaller)
+	phaseInFlight              // a whole request being handled (MaxRequestsPerCaller)
+)
+
+// callerLoads counts, per caller key, the connections in each phase. A key is forgotten when
+// its counts drop to zero, so the map holds only callers with connections open.
+type callerLoads struct {
+	mu sync.Mutex
+	m  map[string]*[2]int
+}
+
+func newCallerLoads() *callerLoads { return &callerLoads{m: map[string]*[2]int{}} }
+
+// enter counts one more connection of key in ph, unless key has limit there already.
+func (l *callerLoads) enter(key string, ph phase, limit int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.m[key]
+	if n == nil {
+		n = &[2]int{}
+		l.m[key] = n
+	}
+	if n[ph] >= limit {
+		if n[0] == 0 && n[1] == 0 {
+			delete(l.m, key)
+		}
+		return false
+	}
+	n[ph]++
+	return true
+}
+
+// leave undoes one enter.
+func (l *callerLoads) leave(key string, ph phase) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.m[key]
+	if n == nil {
+		return
+	}
+	if n[ph]--; n[0] <= 0 && n[1] <= 0 {
+		delete(l.m, key)
+	}
+}

@@ -4,13 +4,20 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"os"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// listener is one listening socket and its accept loop. A server has one at a time.
+// listener is one listening socket and its accept loop. A server has one at a time; the
+// one it replaces (socket removed and re-created, or taken over by a successor) and the
+// last one at shutdown are retired: nothing the kernel queued on it is dropped.
 type listener struct {
-	ln   *net.UnixListener
-	done chan struct{} // closed when its accept loop has returned
+	ln       *net.UnixListener
+	done     chan struct{} // closed when its accept loop has returned
+	retiring atomic.Bool
 }
 
 func (s *Server) serveListener(ln *net.UnixListener) *listener {
@@ -28,7 +35,7 @@ func (s *Server) acceptLoop(l *listener) {
 	for {
 		c, err := l.ln.AcceptUnix()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) || s.ctx.Err() != nil {
+			if l.retiring.Load() || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			// EMFILE and friends: back off a little and keep serving (as net/http does).
@@ -49,17 +56,72 @@ func (s *Server) acceptLoop(l *listener) {
 // dispatch starts serving one accepted connection, or answers BUSY to it without reading
 // it when MaxOpenConns connections are already reading.
 func (s *Server) dispatch(c *net.UnixConn) {
-	if !s.track(c) {
-		_ = c.Close()
-		return
-	}
+	reading := s.track(c)
 	if s.reading.Add(1) > int64(s.cfg.MaxOpenConns) {
 		s.reading.Add(-1)
+		reading.Store(false)
 		s.refuseOpen(c)
 		return
 	}
 	s.wg.Add(1)
-	go s.serve(c, time.Now())
+	go s.serve(c, reading, time.Now())
+}
+
+// retire stops l's accept loop, dispatches every connection still queued on it and closes
+// it. Closing a listening socket resets the connections queued on it, which a client takes
+// as a final answer (contract §5); so first shutdown(SHUT_RD), after which connect(2) is
+// refused (a failed connect the client retries) and nothing more can queue, then accept
+// what is there. Go's own Accept cannot drain: with an expired deadline it does not try the
+// syscall, so the queue is read with accept4(2) on the descriptor.
+func (s *Server) retire(l *listener) {
+	if l.retiring.Swap(true) {
+		return
+	}
+	if rc, err := l.ln.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RD) })
+	}
+	_ = l.ln.SetDeadline(time.Unix(1, 0)) // wakes its accept loop, which sees retiring
+	<-l.done
+	for _, c := range drainQueued(l.ln) {
+		s.dispatch(c)
+	}
+	_ = l.ln.Close()
+}
+
+// drainQueued accepts every connection queued on ln, without blocking.
+func drainQueued(ln *net.UnixListener) []*net.UnixConn {
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	_ = rc.Control(func(fd uintptr) {
+		for {
+			nfd, _, err := unix.Accept4(int(fd), unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+			if err == unix.EINTR || err == unix.ECONNABORTED {
+				continue
+			}
+			if err != nil { // EAGAIN: the queue is empty
+				return
+			}
+			fds = append(fds, nfd)
+		}
+	})
+	conns := make([]*net.UnixConn, 0, len(fds))
+	for _, fd := range fds {
+		f := os.NewFile(uintptr(fd), "registry connection")
+		c, err := net.FileConn(f) // dups the descriptor into Go's poller
+		_ = f.Close()
+		if err != nil {
+			continue
+		}
+		if uc, ok := c.(*net.UnixConn); ok {
+			conns = append(conns, uc)
+		} else {
+			_ = c.Close()
+		}
+	}
+	return conns
 }
 
 // refuseOpen answers BUSY to a connection over MaxOpenConns without reading it.
@@ -91,15 +153,15 @@ func (s *Server) refuseOpen(c *net.UnixConn) {
 	}()
 }
 
-// track records an open connection; false once the server has stopped.
-func (s *Server) track(c *net.UnixConn) bool {
+// track records an open connection; the flag it returns says whether it is still reading
+// its frame (shutdown interrupts those).
+func (s *Server) track(c *net.UnixConn) *atomic.Bool {
+	reading := &atomic.Bool{}
+	reading.Store(true)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return false
-	}
-	s.conns[c] = struct{}{}
-	return true
+	s.conns[c] = reading
+	s.mu.Unlock()
+	return reading
 }
 
 func (s *Server) untrack(c *net.UnixConn) {
@@ -121,13 +183,13 @@ func (s *Server) watch() {
 		case <-t.C:
 		}
 		if old := s.checkSocket(); old != nil {
-			_ = old.ln.Close()
+			s.retire(old)
 		}
 		s.claimRegs.prune(s.deps.Claims, s.cgroups)
 	}
 }
 
-// checkSocket returns the listener to close, if any: the old one of a re-created socket,
+// checkSocket returns the listener to retire, if any: the old one of a re-created socket,
 // or ours once a successor has taken the path over.
 func (s *Server) checkSocket() *listener {
 	s.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
@@ -16,8 +17,8 @@ import (
 // serve runs one connection: identify the caller, read one frame under the header and body
 // deadlines, check the bounds, handle the request, answer, close in order. It counts against
 // s.reading (and its caller's reading bound) until the frame is complete. A panic anywhere
-// becomes INTERNAL, never a crash.
-func (s *Server) serve(c *net.UnixConn, accepted time.Time) {
+// becomes INTERNAL, never a crash; a server that stops answers RETRY.
+func (s *Server) serve(c *net.UnixConn, reading *atomic.Bool, accepted time.Time) {
 	defer s.wg.Done()
 	answered := false
 	answer := func(resp Response, counted bool) {
@@ -36,12 +37,16 @@ func (s *Server) serve(c *net.UnixConn, accepted time.Time) {
 
 	who := s.identify(c)
 	defer who.close()
-	req, resp, ok := s.readBounded(c, who, accepted)
+	req, resp, ok := s.readBounded(c, who, reading, accepted)
 	switch {
+	case !ok && s.stopping.Load():
+		answer(s.restarting(), true)
 	case !ok:
 		s.deps.Metrics.Unanswered()
 	case resp != nil:
 		answer(*resp, resp.Message != probeMessage)
+	case s.stopping.Load():
+		answer(s.restarting(), true)
 	default:
 		answer(s.admit(who, req), true)
 	}
@@ -50,8 +55,9 @@ func (s *Server) serve(c *net.UnixConn, accepted time.Time) {
 // readBounded reads the frame while the connection counts against the bounds on open
 // connections: the global one was taken by dispatch, the caller's is taken here. Over the
 // caller's bound the answer is BUSY, without reading.
-func (s *Server) readBounded(c *net.UnixConn, who caller, accepted time.Time) (Request, *Response, bool) {
+func (s *Server) readBounded(c *net.UnixConn, who caller, reading *atomic.Bool, accepted time.Time) (Request, *Response, bool) {
 	defer s.reading.Add(-1)
+	defer reading.Store(false)
 	if !s.callers.enter(who.key, phaseReading, s.cfg.MaxOpenConnsPerCaller) {
 		r := s.busy("too many open registry connections from this container")
 		return Request{}, &r, true
@@ -65,10 +71,10 @@ const probeMessage = "registry health probe"
 
 // readRequest reads one frame. It returns (request, nil, true) for a well-formed request,
 // (_, INVALID response, true) for a frame that breaks a rule, and ok=false when the peer
-// missed a deadline or went away without sending a byte.
+// missed a deadline or went away without sending a byte, or the server is stopping.
 func (s *Server) readRequest(c *net.UnixConn, who caller, accepted time.Time) (Request, *Response, bool) {
 	var hdr [contract.RegistryHeaderLen]byte
-	_ = c.SetReadDeadline(accepted.Add(s.cfg.HeaderTimeout))
+	s.setReadDeadline(c, accepted.Add(s.cfg.HeaderTimeout))
 	if n, err := io.ReadFull(c, hdr[:]); err != nil {
 		return s.readFailure(err, n > 0, "header")
 	}
@@ -80,7 +86,7 @@ func (s *Server) readRequest(c *net.UnixConn, who caller, accepted time.Time) (R
 		return Request{}, invalidResponse(invalid("kind %d, want a Register request (%d)", h.Kind, contract.RegistryKindRequest)), true
 	}
 	body := make([]byte, h.Length)
-	_ = c.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	s.setReadDeadline(c, time.Now().Add(s.cfg.BodyTimeout))
 	if _, err := io.ReadFull(c, body); err != nil {
 		return s.readFailure(err, true, "body")
 	}
@@ -94,6 +100,16 @@ func (s *Server) readRequest(c *net.UnixConn, who caller, accepted time.Time) (R
 		return Request{}, invalidResponse(err), true
 	}
 	return req, nil, true
+}
+
+// setReadDeadline sets c's read deadline, or one that has passed when the server is
+// stopping: shutdown sets stopping before it interrupts the connections that are reading,
+// so one of the two always leaves the deadline passed.
+func (s *Server) setReadDeadline(c *net.UnixConn, t time.Time) {
+	_ = c.SetReadDeadline(t)
+	if s.stopping.Load() {
+		_ = c.SetReadDeadline(time.Now())
+	}
 }
 
 // readFailure turns a failed read into the contract's outcome: a missed deadline, or a peer

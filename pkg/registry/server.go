@@ -29,6 +29,7 @@ const (
 	DefaultMaxRequests           = 1024
 	DefaultMaxRequestsPerCaller  = 16
 	DefaultLockTimeout           = time.Second
+	DefaultStopGrace             = time.Second
 	DefaultRetryAfterUnsynced    = 100 * time.Millisecond
 	DefaultRetryAfterNotStarted  = 50 * time.Millisecond
 	DefaultRetryAfterBusy        = 20 * time.Millisecond
@@ -55,6 +56,9 @@ type Config struct {
 	// LockTimeout bounds the wait for pids.config's lock (a reader in the container holds
 	// it); past it the registration is answered RETRY.
 	LockTimeout time.Duration
+	// StopGrace bounds how long Stop waits for the connections it answers RETRY to close;
+	// then it closes what is left and returns.
+	StopGrace time.Duration
 	// HeaderTimeout, BodyTimeout and Linger default to contract §5's 2 s, 2 s and 100 ms.
 	HeaderTimeout time.Duration
 	BodyTimeout   time.Duration
@@ -87,6 +91,7 @@ func (c *Config) setDefaults() {
 	def(&c.MaxRequests, DefaultMaxRequests)
 	def(&c.MaxRequestsPerCaller, DefaultMaxRequestsPerCaller)
 	defD(&c.LockTimeout, DefaultLockTimeout)
+	defD(&c.StopGrace, DefaultStopGrace)
 	defD(&c.HeaderTimeout, contract.RegistryHeaderTimeout)
 	defD(&c.BodyTimeout, contract.RegistryBodyTimeout)
 	defD(&c.Linger, contract.RegistryLinger)
@@ -125,12 +130,13 @@ type Server struct {
 	callers   *callerLoads
 	claimRegs *claimRegistrations
 	writes    *writeCoalescer
+	stopping  atomic.Bool // set first thing in shutdown
 
 	mu        sync.Mutex
 	current   *listener
 	ino       uint64 // inode of our socket at cfg.Socket
 	takenOver bool
-	conns     map[*net.UnixConn]struct{}
+	conns     map[*net.UnixConn]*atomic.Bool // open connections → still reading their frame
 	stopped   bool
 
 	wg           sync.WaitGroup
@@ -147,7 +153,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg: cfg, deps: deps, logger: klog.FromContext(ctx).WithName("registry"),
 		requests: make(chan struct{}, cfg.MaxRequests), callers: newCallerLoads(),
-		claimRegs: newClaimRegistrations(), writes: newWriteCoalescer(), conns: map[*net.UnixConn]struct{}{},
+		claimRegs: newClaimRegistrations(), writes: newWriteCoalescer(), conns: map[*net.UnixConn]*atomic.Bool{},
 	}
 	if deps.Cgroups != nil {
 		s.cgroups = *deps.Cgroups
@@ -175,34 +181,64 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 // Socket is the path the server serves.
 func (s *Server) Socket() string { return s.cfg.Socket }
 
-// Stop closes the listener and every open connection, waits for the server's goroutines,
-// and removes the socket only if it is still this server's (a successor's is left alone).
+// Stop stops the server: the socket is removed if it is still this server's (a successor's
+// is left alone), no new connection is accepted, and every connection already accepted —
+// queued, still reading, or waiting in a handler — is answered RETRY with retry_after_ms
+// (contract §5), so a restart loses no registration. It returns once those answers are
+// written, or after Config.StopGrace with what is left closed: no handler holds it up.
 // Safe to call more than once.
 func (s *Server) Stop() {
 	s.cancel()
 	s.shutdownOnce.Do(s.shutdown)
-	s.wg.Wait()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	t := time.NewTimer(s.cfg.StopGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.logger.Info("Registry stopped before every connection was answered; closed the rest", "connections", s.closeAll())
+	}
 }
 
 // shutdown runs once, when the server's context ends or Stop is called.
 func (s *Server) shutdown() {
+	s.stopping.Store(true)
 	s.mu.Lock()
 	s.stopped = true
-	if s.current != nil {
-		_ = s.current.ln.Close()
-	}
-	for c := range s.conns {
-		_ = c.Close()
-	}
+	l := s.current
 	ours := !s.takenOver && s.ownsSocketLocked()
 	s.mu.Unlock()
 	if ours {
+		// First, so that new connects fail (the client retries them) or reach a successor.
 		// Between the inode check and the unlink a successor could rename its socket in;
 		// the instance lock (contract §1) keeps a successor from starting meanwhile.
 		if err := os.Remove(s.cfg.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			s.logger.Error(err, "Remove registry socket", "socket", s.cfg.Socket)
 		}
 	}
+	if l != nil {
+		s.retire(l) // what is queued is accepted and answered RETRY
+	}
+	// Connections still reading their frame stop reading now and are answered RETRY;
+	// handlers waiting for a lock or an API read end with s.ctx.
+	s.mu.Lock()
+	for c, reading := range s.conns {
+		if reading.Load() {
+			_ = c.SetReadDeadline(time.Now())
+		}
+	}
+	s.mu.Unlock()
+}
+
+// closeAll closes every open connection and returns how many there were.
+func (s *Server) closeAll() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	return len(s.conns)
 }
 
 func (s *Server) ownsSocketLocked() bool {

@@ -80,11 +80,14 @@ func TestLockedPIDsConfigAnswersRetry(t *testing.T) {
 		t.Fatalf("registration once the lock is released: %s %s", rep.Statuses[0], rep.Messages[0])
 	}
 
-	// A registration waiting for the lock does not hold the server's stop up.
+	// A registration waiting for the lock does not hold the server up.
 	holder = rt.StartChild(t, ctr, rt.Spec{Socket: s.Socket(), Lock: lock, Count: 1, Budget: oneAttempt, Request: req})
 	holder.Ready(t)
 	waitFor(t, "the registration to wait for the lock", func() bool { return registry.RequestsInFlight(s) == 1 })
 	stopWithin(t, s)
+	if rep := holder.Report(t); rep.Statuses[0] != "RETRY" {
+		t.Fatalf("registration waiting for the lock when the server stopped: %s %s; want RETRY", rep.Statuses[0], rep.Messages[0])
+	}
 }
 
 // TestOneTenantCannotTakeEveryRequestSlot: a container holds its claim's pids.config locked

@@ -171,7 +171,7 @@ func (s *Server) untrack(c *net.UnixConn) {
 }
 
 // watch re-creates the socket if it disappears, notices a successor's takeover, and prunes
-// per-claim registrations of processes that are gone.
+// per-claim registrations of processes that are gone and old reservedFor reads.
 func (s *Server) watch() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.WatchInterval)
@@ -186,6 +186,9 @@ func (s *Server) watch() {
 			s.retire(old)
 		}
 		s.claimRegs.prune(s.deps.Claims, s.cgroups)
+		if s.reserved != nil {
+			s.reserved.prune()
+		}
 	}
 }
 

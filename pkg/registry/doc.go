@@ -22,5 +22,6 @@
 // pids.config it holds locked, requests naming made-up pods — therefore slows only itself.
 //
 // The package does not import the NRI plugin or the driver: it owns the small interfaces it
-// needs (ContainerResolver, ClaimResolver) and the process wires adapters to them.
+// needs (ContainerResolver, ClaimResolver, ReservationReader) and the process wires adapters
+// to them.
 package registry

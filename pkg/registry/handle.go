@@ -97,7 +97,9 @@ func (s *Server) registerForClaim(who caller, req Request) Response {
 	case !ok:
 		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in a pod's container cgroup", who.peer.pid)}
 	case !slices.Contains(claim.ReservedFor, pod):
-		return Response{Status: StatusDenied, Message: fmt.Sprintf("the claim is not reserved for the caller's pod %s", pod)}
+		if resp, ok := s.checkReservation(claim.UID, pod); !ok {
+			return resp
+		}
 	}
 	s.claimRegs.add(claim.UID, req.RegisterUUID, container)
 	err := s.writes.do(claim.ConfigDir, func() error {
@@ -107,6 +109,29 @@ func (s *Server) registerForClaim(who caller, req Request) Response {
 		return s.writeFailed(err, "claim", claim.UID)
 	}
 	return Response{Status: StatusOK}
+}
+
+// checkReservation asks the API server whether the claim is reserved for pod, which its
+// recorded reservedFor does not list (contract §5); ok when it is. The answer is recorded in
+// the checkpoint by the reader, so the pod's next registration does not ask again.
+func (s *Server) checkReservation(claimUID, pod string) (resp Response, ok bool) {
+	denied := Response{Status: StatusDenied, Message: fmt.Sprintf("the claim is not reserved for the caller's pod %s", pod)}
+	if s.reserved == nil {
+		return denied, false
+	}
+	reserved, wait, err := s.reserved.check(s.ctx, claimUID, pod)
+	switch {
+	case s.cutShort(err):
+		return s.restarting(), false
+	case err != nil:
+		s.logger.Error(err, "Reading the claim's reservedFor from the API server failed", "claim", claimUID, "pod", pod)
+		return s.retry(s.cfg.RefreshInterval, "the claim could not be read from the API server"), false
+	case reserved:
+		return Response{}, true
+	case wait > 0:
+		return s.retry(wait, "the claim was read from the API server a moment ago; it is read again shortly"), false
+	}
+	return denied, false
 }
 
 // writePIDs writes pids.config, waiting for its lock at most LockTimeout and not past the

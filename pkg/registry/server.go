@@ -36,6 +36,8 @@ const (
 	DefaultRetryAfterLocked      = 100 * time.Millisecond
 	DefaultRetryAfterStopping    = 200 * time.Millisecond
 	DefaultWatchInterval         = time.Second
+	DefaultRefreshTimeout        = 500 * time.Millisecond
+	DefaultRefreshInterval       = time.Second
 	// maxBusyAnswers bounds the goroutines that answer BUSY to connections over
 	// MaxOpenConns; past it the accept loop answers them itself.
 	maxBusyAnswers = 256
@@ -73,6 +75,10 @@ type Config struct {
 	RetryAfterStopping   time.Duration
 	// WatchInterval is how often the server checks that its socket is still in place.
 	WatchInterval time.Duration
+	// RefreshTimeout bounds the API read of a claim on a per-claim reservedFor miss (as the
+	// NRI hook's); RefreshInterval is the least time between two reads of one claim.
+	RefreshTimeout  time.Duration
+	RefreshInterval time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -101,6 +107,8 @@ func (c *Config) setDefaults() {
 	defD(&c.RetryAfterLocked, DefaultRetryAfterLocked)
 	defD(&c.RetryAfterStopping, DefaultRetryAfterStopping)
 	defD(&c.WatchInterval, DefaultWatchInterval)
+	defD(&c.RefreshTimeout, DefaultRefreshTimeout)
+	defD(&c.RefreshInterval, DefaultRefreshInterval)
 }
 
 // Deps are what the server asks and writes through.
@@ -109,10 +117,14 @@ type Deps struct {
 	Containers ContainerResolver
 	// Claims resolves per-claim registrations; nil answers them NOT_FOUND.
 	Claims ClaimResolver
+	// Reservations re-reads a claim's reservedFor on a miss; nil: a miss is DENIED.
+	Reservations ReservationReader
 	// Cgroups is the hierarchy of peer checks and PID lists; nil detects it from /proc.
 	Cgroups *CgroupHierarchy
 	// Metrics may be nil.
 	Metrics *metrics.RegistryMetrics
+	// Now is the clock of the reservedFor re-reads' rate; nil is time.Now.
+	Now func() time.Time
 }
 
 // Server serves the registry socket. Start it with Start; Stop ends it.
@@ -129,6 +141,7 @@ type Server struct {
 	requests  chan struct{}
 	callers   *callerLoads
 	claimRegs *claimRegistrations
+	reserved  *reservations // nil without Deps.Reservations
 	writes    *writeCoalescer
 	stopping  atomic.Bool // set first thing in shutdown
 
@@ -154,6 +167,13 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		cfg: cfg, deps: deps, logger: klog.FromContext(ctx).WithName("registry"),
 		requests: make(chan struct{}, cfg.MaxRequests), callers: newCallerLoads(),
 		claimRegs: newClaimRegistrations(), writes: newWriteCoalescer(), conns: map[*net.UnixConn]*atomic.Bool{},
+	}
+	if deps.Reservations != nil {
+		now := deps.Now
+		if now == nil {
+			now = time.Now
+		}
+		s.reserved = newReservations(deps.Reservations, cfg.RefreshTimeout, cfg.RefreshInterval, now)
 	}
 	if deps.Cgroups != nil {
 		s.cgroups = *deps.Cgroups

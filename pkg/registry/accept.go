@@ -186,6 +186,7 @@ func (s *Server) watch() {
 			s.retire(old)
 		}
 		s.claimRegs.prune(s.deps.Claims, s.cgroups)
+		s.identities.prune()
 		if s.reserved != nil {
 			s.reserved.prune()
 		}

@@ -136,14 +136,15 @@ type Server struct {
 	ctx     context.Context // ends when the server stops: every wait of a handler ends with it
 	cancel  context.CancelFunc
 
-	reading   atomic.Int64 // connections still reading their frame, all callers
-	answering atomic.Int64 // BUSY answers to connections over MaxOpenConns
-	requests  chan struct{}
-	callers   *callerLoads
-	claimRegs *claimRegistrations
-	reserved  *reservations // nil without Deps.Reservations
-	writes    *writeCoalescer
-	stopping  atomic.Bool // set first thing in shutdown
+	reading    atomic.Int64 // connections still reading their frame, all callers
+	answering  atomic.Int64 // BUSY answers to connections over MaxOpenConns
+	requests   chan struct{}
+	callers    *callerLoads
+	identities *identities // known callers, while they live
+	claimRegs  *claimRegistrations
+	reserved   *reservations // nil without Deps.Reservations
+	writes     *writeCoalescer
+	stopping   atomic.Bool // set first thing in shutdown
 
 	mu        sync.Mutex
 	current   *listener
@@ -165,7 +166,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, deps: deps, logger: klog.FromContext(ctx).WithName("registry"),
-		requests: make(chan struct{}, cfg.MaxRequests), callers: newCallerLoads(),
+		requests: make(chan struct{}, cfg.MaxRequests), callers: newCallerLoads(), identities: newIdentities(),
 		claimRegs: newClaimRegistrations(), writes: newWriteCoalescer(), conns: map[*net.UnixConn]*atomic.Bool{},
 	}
 	if deps.Reservations != nil {
@@ -219,6 +220,7 @@ func (s *Server) Stop() {
 	case <-t.C:
 		s.logger.Info("Registry stopped before every connection was answered; closed the rest", "connections", s.closeAll())
 	}
+	s.identities.close()
 }
 
 // shutdown runs once, when the server's context ends or Stop is called.

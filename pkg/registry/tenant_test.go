@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	basemetrics "k8s.io/component-base/metrics"
 
 	vgpumetrics "github.com/vgpu-dra/vgpu-dra/pkg/metrics"
@@ -140,4 +141,57 @@ func TestIdleFloodFromOneTenantDoesNotLockOthersOut(t *testing.T) {
 		t.Fatalf("registration during another caller's flood of stalled connections: %s %s; want OK", rep.Statuses[0], rep.Messages[0])
 	}
 	stopWithin(t, s)
+}
+
+// TestKnownCallersAreForgotten: a process that connects again and again is identified from
+// what the server kept of its first connection (its bounds and peer check stay its own
+// container's), and is forgotten once it exits; the server keeps nothing after Stop.
+func TestKnownCallersAreForgotten(t *testing.T) {
+	h := rt.Hierarchies(t)[0]
+	ctr, other := rt.NewCgroup(t, h), rt.NewCgroup(t, h)
+	dir := configDir(t, shortDir(t), "c")
+	cs := newContainers()
+	cs.set(podA, "app", registry.Container{ConfigDir: dir, Cgroup: ctr.Path}, true)
+	s := startServer(t, registry.Config{WatchInterval: 10 * time.Millisecond}, registry.Deps{Containers: cs, Cgroups: &h})
+	req := registry.Request{PodUID: podA, ContainerName: "app"}
+	in := rt.StartChild(t, ctr, rt.Spec{Socket: s.Socket(), Count: 20, Workers: 1, Request: req})
+	out := rt.StartChild(t, other, rt.Spec{Socket: s.Socket(), Count: 20, Workers: 1, Request: req})
+	for name, c := range map[string]struct {
+		ch   *rt.Child
+		want string
+	}{"in the container": {in, "OK"}, "outside it": {out, "DENIED"}} {
+		for i, st := range c.ch.Report(t).Statuses {
+			if st != c.want {
+				t.Fatalf("registration %d of a process %s: %s, want %s", i, name, st, c.want)
+			}
+		}
+	}
+	// Identities are kept only where the kernel pins the caller with SO_PEERPIDFD (Linux 6.5).
+	if n, pinned := registry.KnownCallers(s), hasPeerPIDFD(t); pinned && n < 2 || !pinned && n != 0 {
+		t.Fatalf("%d known callers after two processes registered 20 times each (SO_PEERPIDFD: %v)", n, pinned)
+	}
+	in.Stop()
+	out.Stop()
+	waitFor(t, "the exited processes to be forgotten", func() bool { return registry.KnownCallers(s) == 0 })
+	rt.StartChild(t, ctr, rt.Spec{Socket: s.Socket(), Count: 1, Request: req}).Report(t)
+	stopWithin(t, s)
+	if n := registry.KnownCallers(s); n != 0 {
+		t.Fatalf("%d known callers after Stop", n)
+	}
+}
+
+// hasPeerPIDFD reports whether this kernel offers SO_PEERPIDFD.
+func hasPeerPIDFD(t testing.TB) bool {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	fd, err := unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+	if err != nil {
+		return false
+	}
+	_ = unix.Close(fd)
+	return true
 }

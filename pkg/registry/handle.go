@@ -21,9 +21,10 @@ func (s *Server) handle(who caller, req Request) Response {
 	if resp.Status == StatusDenied || resp.Status == StatusInternal {
 		log = s.logger.V(0)
 	}
-	log.Info("Registration", "status", resp.Status.String(), "callerPID", who.peer.pid, "caller", who.key,
-		"pod", req.PodUID, "container", req.ContainerName,
-		"registerUUID", req.RegisterUUID, "clientVersion", req.ClientVersion, "message", resp.Message)
+	// The caller comes last: the library's tests match the line up to the message.
+	log.Info("Registration", "status", resp.Status.String(), "pod", req.PodUID, "container", req.ContainerName,
+		"registerUUID", req.RegisterUUID, "clientVersion", req.ClientVersion, "message", resp.Message,
+		"callerPID", who.peer.pid, "caller", who.key)
 	return resp
 }
 

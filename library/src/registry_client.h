@@ -7,7 +7,8 @@
 
 #include "registry_frame.h"
 
-#define REG_BUDGET_MS 10000u       /* measured from the first connect attempt */
+#define REG_BUDGET_MS 30000u       /* measured from the first connect attempt; covers a plugin restart
+				    * (contract §5); contract.RegistryClientBudget is its Go twin */
 #define REG_DEFAULT_WAIT_MS 100u   /* when a RETRY/BUSY carries no retry_after_ms, or connect failed */
 #define REG_MIN_WAIT_MS 10u
 

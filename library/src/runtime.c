@@ -196,7 +196,7 @@ int vgpu_runtime_mode(void)
 	int m = atomic_load_explicit(&vgpu_rt.mode, memory_order_acquire);
 	if (m != VGPU_MODE_UNINIT)
 		return m;
-	/* One thread decides (registration may take up to the 10 s budget); the others wait
+	/* One thread decides (registration may take up to the registration budget, 30 s); the others wait
 	 * without spinning. */
 	for (;;) {
 		int expected = 0;

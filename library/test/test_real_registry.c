@@ -477,7 +477,7 @@ static void test_perclaim(void)
 }
 
 /* RETRY: the server starts unsynced (a miss is RETRY) and is synced after ~1 s; the
- * library retries and succeeds within its 10 s budget. */
+ * library retries and succeeds within its budget (contract §5). */
 static void test_retry(void)
 {
 	struct root r;

@@ -1,5 +1,5 @@
 /* The registration client against the scripted test server: frame codec, which outcomes
- * are retried, the waits between attempts, the 10 s budget, final statuses. Waits are
+ * are retried, the waits between attempts, the budget, final statuses. Waits are
  * taken on a simulated clock (sleep advances it), so the budget test is exact and fast;
  * one test uses the real clock for "connect refused until the server starts". */
 #include <pthread.h>
@@ -163,19 +163,22 @@ static void test_budget(void)
 	struct reg_response res;
 	struct reg_attempt_log log;
 	char detail[1200];
-	/* RETRY forever at 3 s: attempts at ~0, ~3.x, ~6.x s; the next wait would cross 10 s */
-	enum reg_outcome o = run("RETRY:3000", &req, REG_BUDGET_MS, &res, &log, detail);
+	/* The mechanism, on a budget of 10 s (the library's own, REG_BUDGET_MS, is longer: see
+	 * test_registry_restart.c). RETRY forever at 3 s: attempts at ~0, ~3.x, ~6.x s; the next
+	 * wait would cross 10 s */
+	const uint32_t budget = 10000;
+	enum reg_outcome o = run("RETRY:3000", &req, budget, &res, &log, detail);
 	CHECK_EQ_INT(o, REG_OUTCOME_BUDGET);
 	CHECK_EQ_INT(res.status, REG_STATUS_RETRY);
 	uint64_t total = 0;
 	for (unsigned i = 0; i < log.nwaits; i++)
 		total += log.waits_ms[i];
-	CHECK(total <= REG_BUDGET_MS, "waited %llu ms, budget %u", (unsigned long long)total, REG_BUDGET_MS);
+	CHECK(total <= budget, "waited %llu ms, budget %u", (unsigned long long)total, budget);
 	CHECK(log.attempts == 3 || log.attempts == 4, "attempts %u", log.attempts);
 	CHECK_STR_CONTAINS(detail, "gave up");
 
 	/* no server at all: failed connects are retried every 100-125 ms for 10 s */
-	o = run(NULL, &req, REG_BUDGET_MS, &res, &log, detail);
+	o = run(NULL, &req, budget, &res, &log, detail);
 	CHECK_EQ_INT(o, REG_OUTCOME_BUDGET);
 	CHECK(log.connect_failures == log.attempts && log.attempts >= 80 && log.attempts <= 101,
 	      "connect attempts %u", log.attempts);

@@ -53,7 +53,9 @@ const (
 	// RegistryLinger: after a response the server discards input at most this long before closing.
 	RegistryLinger = 100 * time.Millisecond
 	// RegistryClientBudget: the client retries within this time from its first connect attempt.
-	RegistryClientBudget = 10 * time.Second
+	// It covers a plugin pod restart of normal length (contract §5 gives the measured figure),
+	// during which the socket is missing or answers RETRY.
+	RegistryClientBudget = 30 * time.Second
 	// RegistryClientDefaultWait is the client's wait when no retry_after_ms came (or connect failed).
 	RegistryClientDefaultWait = 100 * time.Millisecond
 	// RegistryClientMinWait is the shortest wait the client makes between attempts.

@@ -139,7 +139,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 			return nil, err
 		}
 	}
-	if p.registry, err = startRegistry(ctx, layout, registryTargets(p.nri, p.store, layout), p.metrics); err != nil {
+	if p.registry, err = startRegistry(ctx, layout, registryTargets(p.nri, p.store, layout, deps.KubeClient), p.metrics); err != nil {
 		return nil, err
 	}
 	p.health.Add("registry-socket", p.registry.Check)

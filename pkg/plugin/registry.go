@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
@@ -14,14 +16,15 @@ import (
 
 // targets are what the registry resolves registrations through (nil members answer NOT_FOUND).
 type targets struct {
-	containers registry.ContainerResolver
-	claims     registry.ClaimResolver
+	containers   registry.ContainerResolver
+	claims       registry.ClaimResolver
+	reservations registry.ReservationReader
 }
 
 // registryTargets resolves NRI-path registrations through the NRI cache (none when NRI is off)
-// and per-claim ones through the checkpoint.
-func registryTargets(n *nriSide, store *checkpoint.Store, layout claimdir.Layout) targets {
-	t := targets{claims: PerClaimTargets(store, layout)}
+// and per-claim ones through the checkpoint, with the API server's reservedFor on a miss.
+func registryTargets(n *nriSide, store *checkpoint.Store, layout claimdir.Layout, kube kubernetes.Interface) targets {
+	t := targets{claims: PerClaimTargets(store, layout), reservations: ClaimReservations(store, kube)}
 	if n != nil {
 		t.containers = nriTargets{cache: n.plugin.Cache()}
 	}
@@ -39,10 +42,11 @@ func startRegistry(ctx context.Context, layout claimdir.Layout, t targets, m *me
 		t.containers = c
 	}
 	return registry.Start(ctx, registry.Config{Socket: layout.RegistrySocket()}, registry.Deps{
-		Containers: t.containers,
-		Claims:     t.claims,
-		Cgroups:    &cgroups,
-		Metrics:    metrics.NewRegistryMetrics(m.Registry),
+		Containers:   t.containers,
+		Claims:       t.claims,
+		Reservations: t.reservations,
+		Cgroups:      &cgroups,
+		Metrics:      metrics.NewRegistryMetrics(m.Registry),
 	})
 }
 
@@ -69,6 +73,13 @@ func (a nriTargets) Container(podUID, name string) (registry.Container, bool) {
 		}
 	}
 	return c, true
+}
+
+// ClaimReservations is the registry's ReservationReader: the NRI hook's read of a claim's
+// reservedFor from the API server (checkpointClaims.ReservedFor), which records a changed list
+// in the checkpoint (exported for the integration suite).
+func ClaimReservations(store *checkpoint.Store, kube kubernetes.Interface) registry.ReservationReader {
+	return checkpointClaims{store: store, kube: kube}
 }
 
 // perClaimTargets adapts the checkpoint to the registry's ClaimResolver: the checkpoint is the

@@ -23,7 +23,7 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 // the first connect attempt; every other outcome is final.
 type Client struct {
 	Socket string
-	// Budget defaults to contract.RegistryClientBudget (10 s).
+	// Budget defaults to contract.RegistryClientBudget (30 s).
 	Budget time.Duration
 	// Timeout bounds one attempt (connect, send, receive); default 5 s.
 	Timeout time.Duration

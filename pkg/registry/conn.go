@@ -1,53 +1,69 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
-// serve runs one connection: read one frame under the header and body deadlines, check the
-// bounds, handle the request, answer, close in order. It counts against s.reading until the
-// frame is complete. A panic anywhere becomes INTERNAL, never a crash.
-func (s *Server) serve(c *net.UnixConn, accepted time.Time) {
+// serve runs one connection: identify the caller, read one frame under the header and body
+// deadlines, check the bounds, handle the request, answer, close in order. It counts against
+// s.reading (and its caller's reading bound) until the frame is complete. A panic anywhere
+// becomes INTERNAL, never a crash; a server that stops answers RETRY.
+func (s *Server) serve(c *net.UnixConn, reading *atomic.Bool, accepted time.Time) {
 	defer s.wg.Done()
-	stillReading := true
 	answered := false
+	answer := func(resp Response, counted bool) {
+		answered = true
+		s.respond(c, accepted, resp, counted)
+	}
 	defer func() {
-		if stillReading {
-			s.reading.Add(-1)
-		}
 		if r := recover(); r != nil {
 			s.logger.Error(fmt.Errorf("panic: %v", r), "Registry connection panicked", "stack", string(debug.Stack()))
 			if !answered {
-				answered = true
-				s.respond(c, accepted, Response{Status: StatusInternal, Message: "internal error in the registry server"}, true)
+				answer(Response{Status: StatusInternal, Message: "internal error in the registry server"}, true)
 			}
 		}
 		s.finish(c) // idempotent; respond has already closed an answered connection
 	}()
 
-	req, resp, ok := s.readRequest(c, accepted)
-	s.reading.Add(-1)
-	stillReading = false
-	if !ok {
+	who := s.identify(c)
+	defer who.close()
+	req, resp, ok := s.readBounded(c, who, reading, accepted)
+	switch {
+	case !ok && s.stopping.Load():
+		answer(s.restarting(), true)
+	case !ok:
 		s.deps.Metrics.Unanswered()
-		return
+	case resp != nil:
+		answer(*resp, resp.Message != probeMessage)
+	case s.stopping.Load():
+		answer(s.restarting(), true)
+	default:
+		answer(s.admit(who, req), true)
 	}
-	count := true
-	if resp == nil {
-		resp = s.admit(c, req)
-	} else if resp.Status == StatusInvalid && resp.Message == probeMessage {
-		count = false
+}
+
+// readBounded reads the frame while the connection counts against the bounds on open
+// connections: the global one was taken by dispatch, the caller's is taken here. Over the
+// caller's bound the answer is BUSY, without reading.
+func (s *Server) readBounded(c *net.UnixConn, who caller, reading *atomic.Bool, accepted time.Time) (Request, *Response, bool) {
+	defer s.reading.Add(-1)
+	defer reading.Store(false)
+	if !s.callers.enter(who.key, phaseReading, s.cfg.MaxOpenConnsPerCaller) {
+		r := s.busy("too many open registry connections from this container")
+		return Request{}, &r, true
 	}
-	answered = true
-	s.respond(c, accepted, *resp, count)
+	defer s.callers.leave(who.key, phaseReading)
+	return s.readRequest(c, who, accepted)
 }
 
 // probeMessage answers Check's probe, an empty request from this very process.
@@ -55,10 +71,10 @@ const probeMessage = "registry health probe"
 
 // readRequest reads one frame. It returns (request, nil, true) for a well-formed request,
 // (_, INVALID response, true) for a frame that breaks a rule, and ok=false when the peer
-// missed a deadline or went away without sending a byte: those are closed unanswered.
-func (s *Server) readRequest(c *net.UnixConn, accepted time.Time) (Request, *Response, bool) {
+// missed a deadline or went away without sending a byte, or the server is stopping.
+func (s *Server) readRequest(c *net.UnixConn, who caller, accepted time.Time) (Request, *Response, bool) {
 	var hdr [contract.RegistryHeaderLen]byte
-	_ = c.SetReadDeadline(accepted.Add(s.cfg.HeaderTimeout))
+	s.setReadDeadline(c, accepted.Add(s.cfg.HeaderTimeout))
 	if n, err := io.ReadFull(c, hdr[:]); err != nil {
 		return s.readFailure(err, n > 0, "header")
 	}
@@ -70,20 +86,30 @@ func (s *Server) readRequest(c *net.UnixConn, accepted time.Time) (Request, *Res
 		return Request{}, invalidResponse(invalid("kind %d, want a Register request (%d)", h.Kind, contract.RegistryKindRequest)), true
 	}
 	body := make([]byte, h.Length)
-	_ = c.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	s.setReadDeadline(c, time.Now().Add(s.cfg.BodyTimeout))
 	if _, err := io.ReadFull(c, body); err != nil {
 		return s.readFailure(err, true, "body")
 	}
 	// Bytes after the frame are ignored (discarded by the orderly close).
 	req, err := ParseRequest(body)
 	if err != nil {
-		if h.Length == 0 && s.isSelf(c) {
+		if h.Length == 0 && who.peer.pid == os.Getpid() {
 			// Check's probe: answered like any empty request, but not counted.
 			return Request{}, &Response{Status: StatusInvalid, Message: probeMessage}, true
 		}
 		return Request{}, invalidResponse(err), true
 	}
 	return req, nil, true
+}
+
+// setReadDeadline sets c's read deadline, or one that has passed when the server is
+// stopping: shutdown sets stopping before it interrupts the connections that are reading,
+// so one of the two always leaves the deadline passed.
+func (s *Server) setReadDeadline(c *net.UnixConn, t time.Time) {
+	_ = c.SetReadDeadline(t)
+	if s.stopping.Load() {
+		_ = c.SetReadDeadline(time.Now())
+	}
 }
 
 // readFailure turns a failed read into the contract's outcome: a missed deadline, or a peer
@@ -104,61 +130,46 @@ func invalidResponse(err error) *Response {
 	return &Response{Status: StatusInvalid, Message: err.Error()}
 }
 
-func (s *Server) isSelf(c *net.UnixConn) bool {
-	p, err := peerOf(c)
-	if err != nil {
-		return false
+// admit applies the request bounds (the caller's, then the global one) around handle.
+func (s *Server) admit(who caller, req Request) Response {
+	if !s.callers.enter(who.key, phaseInFlight, s.cfg.MaxRequestsPerCaller) {
+		return s.busy("too many registrations in flight from this container")
 	}
-	defer p.close()
-	return p.pid == os.Getpid()
-}
-
-// admit applies the request bounds (global, then per pod) around handle.
-func (s *Server) admit(c *net.UnixConn, req Request) *Response {
+	defer s.callers.leave(who.key, phaseInFlight)
 	select {
 	case s.requests <- struct{}{}:
 	default:
-		r := s.busy("too many registrations in flight")
-		return &r
+		return s.busy("too many registrations in flight")
 	}
 	defer func() { <-s.requests }()
-	key := req.PodUID
-	if key == "" {
-		key = "uuid:" + req.RegisterUUID
-	}
-	s.podMu.Lock()
-	if s.perPod[key] >= s.cfg.MaxRequestsPerPod {
-		s.podMu.Unlock()
-		r := s.busy("too many registrations in flight for this pod")
-		return &r
-	}
-	s.perPod[key]++
-	s.podMu.Unlock()
-	defer func() {
-		s.podMu.Lock()
-		if s.perPod[key]--; s.perPod[key] <= 0 {
-			delete(s.perPod, key)
-		}
-		s.podMu.Unlock()
-	}()
-	r := s.handleSafely(c, req)
-	return &r
+	return s.handleSafely(who, req)
 }
 
 // handleSafely is handle with a panic turned into INTERNAL (the bounds above are released
-// by their defers either way).
-func (s *Server) handleSafely(c *net.UnixConn, req Request) (resp Response) {
+// by their defers either way), and RETRY for work that the server's stop cut short.
+func (s *Server) handleSafely(who caller, req Request) (resp Response) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.logger.Error(fmt.Errorf("panic: %v", r), "Registration panicked", "stack", string(debug.Stack()))
 			resp = Response{Status: StatusInternal, Message: "internal error in the registry server"}
 		}
 	}()
-	return s.handle(c, req)
+	return s.handle(who, req)
 }
 
 func (s *Server) busy(msg string) Response {
 	return Response{Status: StatusBusy, Message: msg, RetryAfter: s.cfg.RetryAfterBusy, HasRetryAfter: true}
+}
+
+// restarting is the answer of a server that stops: the client retries, and reaches the next
+// plugin instance (contract §5).
+func (s *Server) restarting() Response {
+	return s.retry(s.cfg.RetryAfterStopping, "the registry is restarting")
+}
+
+// cutShort reports whether err is the server's stop cutting a wait short.
+func (s *Server) cutShort(err error) bool {
+	return errors.Is(err, context.Canceled) && s.ctx.Err() != nil
 }
 
 // respond writes resp, then closes in order (contract §5): shut down the write side and

@@ -8,16 +8,20 @@
 // (NRI path: the container cache, behind its Synchronize readiness gate; per-claim path: the
 // claim of the register UUID) → check the caller (SO_PEERCRED PID → its cgroup must be the
 // target's or below; per-claim: its pod must be in the claim's reservedFor) → write
-// pids.config in place → OK. Each step answers its own status; nothing unknown passes.
+// pids.config in place (its lock waited for at most LockTimeout) → OK. Each step answers its
+// own status; nothing unknown passes.
 //
 // # Bounds
 //
 // The accept loop never blocks on a client: every connection gets a goroutine with
-// deadlines. Connections still reading their frame count against MaxOpenConns; whole frames
-// count against MaxRequests and MaxRequestsPerPod. Over a bound the answer is BUSY with
-// retry_after_ms. A flood of stalled connections therefore costs one parked goroutine each
-// and never delays a well-formed registration.
+// deadlines. That goroutine first identifies the caller by what the kernel says — its
+// SO_PEERCRED PID and that PID's cgroup, i.e. its container — and every bound is kept per
+// caller: connections still reading their frame (MaxOpenConnsPerCaller), whole requests in
+// flight (MaxRequestsPerCaller); the global bounds only cap descriptors. Over a bound the
+// answer is BUSY with retry_after_ms. One container's flood — stalled connections, a
+// pids.config it holds locked, requests naming made-up pods — therefore slows only itself.
 //
 // The package does not import the NRI plugin or the driver: it owns the small interfaces it
-// needs (ContainerResolver, ClaimResolver) and the process wires adapters to them.
+// needs (ContainerResolver, ClaimResolver, ReservationReader) and the process wires adapters
+// to them.
 package registry

@@ -1,33 +1,35 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"time"
 )
 
 // handle answers one well-formed request, in the order of contract §5: target resolution
 // (RETRY / NOT_FOUND) → peer check (DENIED) → pids.config → OK.
-func (s *Server) handle(c *net.UnixConn, req Request) Response {
+func (s *Server) handle(who caller, req Request) Response {
 	var resp Response
 	if req.PerClaim() {
-		resp = s.registerForClaim(c, req)
+		resp = s.registerForClaim(who, req)
 	} else {
-		resp = s.registerContainer(c, req)
+		resp = s.registerContainer(who, req)
 	}
 	log := s.logger.V(2)
 	if resp.Status == StatusDenied || resp.Status == StatusInternal {
 		log = s.logger.V(0)
 	}
+	// The caller comes last: the library's tests match the line up to the message.
 	log.Info("Registration", "status", resp.Status.String(), "pod", req.PodUID, "container", req.ContainerName,
-		"registerUUID", req.RegisterUUID, "clientVersion", req.ClientVersion, "message", resp.Message)
+		"registerUUID", req.RegisterUUID, "clientVersion", req.ClientVersion, "message", resp.Message,
+		"callerPID", who.peer.pid, "caller", who.key)
 	return resp
 }
 
 // registerContainer is the NRI path: the newest instance of (pod UID, container name).
-func (s *Server) registerContainer(c *net.UnixConn, req Request) Response {
+func (s *Server) registerContainer(who caller, req Request) Response {
 	if s.deps.Containers == nil {
 		return Response{Status: StatusNotFound, Message: "this node registers containers by register UUID only (no NRI path)"}
 	}
@@ -60,20 +62,17 @@ func (s *Server) registerContainer(c *net.UnixConn, req Request) Response {
 		}
 		target = cg
 	}
-	p, caller, err := s.callerCgroup(c)
-	if err != nil {
-		return Response{Status: StatusDenied, Message: err.Error()}
+	if who.err != nil {
+		return Response{Status: StatusDenied, Message: who.err.Error()}
 	}
-	defer p.close()
-	if !Within(caller, target) {
-		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in the container %q of pod %s", p.pid, req.ContainerName, req.PodUID)}
+	if !Within(who.cgroup, target) {
+		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in the container %q of pod %s", who.peer.pid, req.ContainerName, req.PodUID)}
 	}
-	err = s.writes.do(ctr.ConfigDir+"\x00"+target, func() error {
-		return WritePIDsConfig(ctr.ConfigDir, func() ([]int, error) { return s.cgroups.PIDs(target) })
+	err := s.writes.do(ctr.ConfigDir+"\x00"+target, func() error {
+		return s.writePIDs(ctr.ConfigDir, func() ([]int, error) { return s.cgroups.PIDs(target) })
 	})
 	if err != nil {
-		s.logger.Error(err, "Write pids.config", "container", ctr.ID, "claim", ctr.ClaimUID)
-		return Response{Status: StatusInternal, Message: "writing pids.config failed"}
+		return s.writeFailed(err, "container", ctr.ID, "claim", ctr.ClaimUID)
 	}
 	return Response{Status: StatusOK}
 }
@@ -83,7 +82,7 @@ func (s *Server) registerContainer(c *net.UnixConn, req Request) Response {
 // every container registered for the claim. The optional pod_uid and container_name of the
 // request play no part: on this path nothing sets them for the container (an image may
 // carry stale values), and the cgroup is the authority on the caller's pod.
-func (s *Server) registerForClaim(c *net.UnixConn, req Request) Response {
+func (s *Server) registerForClaim(who caller, req Request) Response {
 	if s.deps.Claims == nil {
 		return Response{Status: StatusNotFound, Message: "this node has no per-claim registrations"}
 	}
@@ -91,45 +90,71 @@ func (s *Server) registerForClaim(c *net.UnixConn, req Request) Response {
 	if !ok {
 		return Response{Status: StatusNotFound, Message: "no claim prepared on this node has this register UUID"}
 	}
-	p, caller, err := s.callerCgroup(c)
-	if err != nil {
-		return Response{Status: StatusDenied, Message: err.Error()}
+	if who.err != nil {
+		return Response{Status: StatusDenied, Message: who.err.Error()}
 	}
-	defer p.close()
-	pod, container, ok := PodOfCgroup(caller)
+	pod, container, ok := PodOfCgroup(who.cgroup)
 	switch {
 	case !ok:
-		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in a pod's container cgroup", p.pid)}
+		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in a pod's container cgroup", who.peer.pid)}
 	case !slices.Contains(claim.ReservedFor, pod):
-		return Response{Status: StatusDenied, Message: fmt.Sprintf("the claim is not reserved for the caller's pod %s", pod)}
+		if resp, ok := s.checkReservation(claim.UID, pod); !ok {
+			return resp
+		}
 	}
 	s.claimRegs.add(claim.UID, req.RegisterUUID, container)
-	err = s.writes.do(claim.ConfigDir, func() error {
-		return WritePIDsConfig(claim.ConfigDir, func() ([]int, error) { return s.claimRegs.pids(claim.UID, s.cgroups) })
+	err := s.writes.do(claim.ConfigDir, func() error {
+		return s.writePIDs(claim.ConfigDir, func() ([]int, error) { return s.claimRegs.pids(claim.UID, s.cgroups) })
 	})
 	if err != nil {
-		s.logger.Error(err, "Write pids.config", "claim", claim.UID)
-		return Response{Status: StatusInternal, Message: "writing pids.config failed"}
+		return s.writeFailed(err, "claim", claim.UID)
 	}
 	return Response{Status: StatusOK}
 }
 
-// callerCgroup is the cgroup of the connection's peer. It fails — and the caller is
-// DENIED — whenever anything about the peer is unknown.
-func (s *Server) callerCgroup(c *net.UnixConn) (peer, string, error) {
-	p, err := peerOf(c)
-	if err != nil {
-		return peer{}, "", fmt.Errorf("the caller's credentials are unknown: %w", err)
+// checkReservation asks the API server whether the claim is reserved for pod, which its
+// recorded reservedFor does not list (contract §5); ok when it is. The answer is recorded in
+// the checkpoint by the reader, so the pod's next registration does not ask again.
+func (s *Server) checkReservation(claimUID, pod string) (resp Response, ok bool) {
+	denied := Response{Status: StatusDenied, Message: fmt.Sprintf("the claim is not reserved for the caller's pod %s", pod)}
+	if s.reserved == nil {
+		return denied, false
 	}
-	cg, err := s.cgroups.OfPID(p.pid)
-	if err == nil && !p.stillSame() {
-		err = errors.New("the caller exited during the check")
+	reserved, wait, err := s.reserved.check(s.ctx, claimUID, pod)
+	switch {
+	case s.cutShort(err):
+		return s.restarting(), false
+	case err != nil:
+		s.logger.Error(err, "Reading the claim's reservedFor from the API server failed", "claim", claimUID, "pod", pod)
+		return s.retry(s.cfg.RefreshInterval, "the claim could not be read from the API server"), false
+	case reserved:
+		return Response{}, true
+	case wait > 0:
+		return s.retry(wait, "the claim was read from the API server a moment ago; it is read again shortly"), false
 	}
-	if err != nil {
-		p.close()
-		return peer{}, "", fmt.Errorf("the caller's cgroup is unknown: %w", err)
+	return denied, false
+}
+
+// writePIDs writes pids.config, waiting for its lock at most LockTimeout and not past the
+// server's stop.
+func (s *Server) writePIDs(configDir string, list func() ([]int, error)) error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.LockTimeout)
+	defer cancel()
+	return WritePIDsConfig(ctx, configDir, list)
+}
+
+// writeFailed answers a failed pids.config write: RETRY when a process of the container held
+// its lock past the deadline (the container's own doing: it slows only itself) or the server
+// is stopping, INTERNAL otherwise.
+func (s *Server) writeFailed(err error, logKV ...any) Response {
+	switch {
+	case errors.Is(err, ErrLocked):
+		return s.retry(s.cfg.RetryAfterLocked, "pids.config stays locked by a process that reads it")
+	case s.cutShort(err):
+		return s.restarting()
 	}
-	return p, cg, nil
+	s.logger.Error(err, "Write pids.config", logKV...)
+	return Response{Status: StatusInternal, Message: "writing pids.config failed"}
 }
 
 func (s *Server) retry(after time.Duration, msg string) Response {

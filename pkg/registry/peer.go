@@ -50,6 +50,31 @@ func peerOf(c *net.UnixConn) (peer, error) {
 	return p, nil
 }
 
+// peerPID reads only the PID of c's peer (SO_PEERCRED): what a lookup of a known caller needs.
+func peerPID(c *net.UnixConn) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var pid int
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		var cred *unix.Ucred
+		if cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); credErr == nil {
+			pid = int(cred.Pid)
+		}
+	}); err != nil {
+		return 0, err
+	}
+	if credErr != nil {
+		return 0, fmt.Errorf("SO_PEERCRED: %w", credErr)
+	}
+	if pid <= 0 {
+		return 0, errors.New("the caller's PID is not visible in this PID namespace")
+	}
+	return pid, nil
+}
+
 // stillSame reports whether the peer process is still alive, so that what was read from
 // /proc/<pid> since peerOf was about it. Without a pidfd it cannot tell and says true: the
 // PID from SO_PEERCRED is then trusted as the kernel gave it.

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,13 +15,18 @@ import (
 // errNoPIDs: the list to write is empty. pids.config is never written empty (contract §6).
 var errNoPIDs = errors.New("no process to list")
 
+// ErrLocked is returned when pids.config stayed locked (by a reader: the container's own
+// processes take LOCK_SH on it) until the write's context ended.
+var ErrLocked = errors.New("pids.config stayed locked")
+
 // WritePIDsConfig writes <configDir>/pids.config in place as contract §6 says: open with
 // O_NOFOLLOW (the directory too), flock(LOCK_EX), pwrite at 0, ftruncate to the new length;
 // never truncated first and never renamed, so a reader holding LOCK_SH sees the old list
 // or the new one, never an empty file. list runs while the lock is held, so two writers of
 // one file cannot publish their lists out of order. Mode 0644; owned by root when the
-// writer is root.
-func WritePIDsConfig(configDir string, list func() ([]int, error)) error {
+// writer is root. The lock is waited for until ctx ends: past its deadline the error wraps
+// ErrLocked, once it is cancelled context.Canceled.
+func WritePIDsConfig(ctx context.Context, configDir string, list func() ([]int, error)) error {
 	dfd, err := unix.Open(configDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open config dir %s: %w", configDir, err)
@@ -32,7 +38,7 @@ func WritePIDsConfig(configDir string, list func() ([]int, error)) error {
 		if err != nil {
 			return fmt.Errorf("open %s: %w", name, err)
 		}
-		retry, err := writeLocked(fd, dfd, created, name, list)
+		retry, err := writeLocked(ctx, fd, dfd, created, name, list)
 		_ = unix.Close(fd) // releases the lock
 		if !retry {
 			return err
@@ -63,7 +69,7 @@ func openPIDsFile(dfd int) (fd int, created bool, err error) {
 
 // writeLocked does the locked part of WritePIDsConfig on fd. retry is true when the file
 // was unlinked by another writer while this one waited for the lock.
-func writeLocked(fd, dfd int, created bool, name string, list func() ([]int, error)) (retry bool, err error) {
+func writeLocked(ctx context.Context, fd, dfd int, created bool, name string, list func() ([]int, error)) (retry bool, err error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return false, fmt.Errorf("stat %s: %w", name, err)
@@ -71,7 +77,10 @@ func writeLocked(fd, dfd int, created bool, name string, list func() ([]int, err
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 {
 		return false, fmt.Errorf("%s is not a regular file with one link (mode %o, %d links): refusing to write it", name, st.Mode, st.Nlink)
 	}
-	if err := flockRetry(fd, unix.LOCK_EX); err != nil {
+	if err := lockExclusive(ctx, fd, fileID{uint64(st.Dev), uint64(st.Ino)}); err != nil {
+		if created {
+			_ = unix.Unlinkat(dfd, contract.PIDsConfigName, 0) // never leave it empty
+		}
 		return false, fmt.Errorf("lock %s: %w", name, err)
 	}
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -127,14 +136,6 @@ func formatPIDs(pids []int) []byte {
 		b = append(b, '\n')
 	}
 	return b
-}
-
-func flockRetry(fd, how int) error {
-	for {
-		if err := unix.Flock(fd, how); err != unix.EINTR {
-			return err
-		}
-	}
 }
 
 // errPanicked is what callers queued behind a write that panicked receive.

@@ -1,5 +1,7 @@
 package registry
 
+import "context"
+
 // Container is the target of an NRI-path registration: the newest instance of one
 // (pod UID, container name), as the NRI plugin's cache knows it.
 type Container struct {
@@ -47,4 +49,12 @@ type ClaimResolver interface {
 	// ClaimByRegisterUUID returns the claim prepared on the per-claim path whose register
 	// UUID is uuid.
 	ClaimByRegisterUUID(uuid string) (Claim, bool)
+}
+
+// ReservationReader re-reads the pods a claim is reserved for from the API server and records
+// the answer where ClaimResolver reads it (the plugin's adapter is the one the NRI hook uses:
+// contract §4, §5). A second pod may share a claim the kubelet prepared for the first and does
+// not prepare again: only the API server knows it.
+type ReservationReader interface {
+	ReservedFor(ctx context.Context, claimUID string) ([]string, error)
 }

@@ -19,17 +19,27 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 )
 
-// Defaults of Config.
+// Defaults of Config (contract §5, "Bounds"). The per-caller bounds are what keep one
+// container from slowing the others; the global ones only cap the process's descriptors and
+// goroutines, and reaching them takes MaxOpenConns/MaxOpenConnsPerCaller (64) or
+// MaxRequests/MaxRequestsPerCaller (64) containers flooding at once.
 const (
-	DefaultMaxOpenConns         = 1024
-	DefaultMaxRequests          = 256
-	DefaultMaxRequestsPerPod    = 32
-	DefaultRetryAfterUnsynced   = 100 * time.Millisecond
-	DefaultRetryAfterNotStarted = 50 * time.Millisecond
-	DefaultRetryAfterBusy       = 20 * time.Millisecond
-	DefaultWatchInterval        = time.Second
+	DefaultMaxOpenConns          = 4096
+	DefaultMaxOpenConnsPerCaller = 64
+	DefaultMaxRequests           = 1024
+	DefaultMaxRequestsPerCaller  = 16
+	DefaultLockTimeout           = time.Second
+	DefaultStopGrace             = time.Second
+	DefaultRetryAfterUnsynced    = 100 * time.Millisecond
+	DefaultRetryAfterNotStarted  = 50 * time.Millisecond
+	DefaultRetryAfterBusy        = 20 * time.Millisecond
+	DefaultRetryAfterLocked      = 100 * time.Millisecond
+	DefaultRetryAfterStopping    = 200 * time.Millisecond
+	DefaultWatchInterval         = time.Second
+	DefaultRefreshTimeout        = 500 * time.Millisecond
+	DefaultRefreshInterval       = time.Second
 	// maxBusyAnswers bounds the goroutines that answer BUSY to connections over
-	// MaxOpenConns; past it such connections are closed at once.
+	// MaxOpenConns; past it the accept loop answers them itself.
 	maxBusyAnswers = 256
 )
 
@@ -37,23 +47,38 @@ const (
 type Config struct {
 	// Socket is the socket path, claimdir.Layout.RegistrySocket() (contract §5).
 	Socket string
-	// MaxOpenConns bounds connections still reading their frame (contract §5: 1,024).
-	MaxOpenConns int
-	// MaxRequests bounds whole requests in flight, MaxRequestsPerPod those of one pod
-	// (by the pod UID the request names, else by its register UUID).
-	MaxRequests       int
-	MaxRequestsPerPod int
+	// MaxOpenConnsPerCaller bounds the connections of one caller (one container: its
+	// cgroup, see callerKey) still reading their frame; MaxOpenConns those of all callers.
+	MaxOpenConns          int
+	MaxOpenConnsPerCaller int
+	// MaxRequestsPerCaller bounds one caller's whole requests in flight; MaxRequests those
+	// of all callers.
+	MaxRequests          int
+	MaxRequestsPerCaller int
+	// LockTimeout bounds the wait for pids.config's lock (a reader in the container holds
+	// it); past it the registration is answered RETRY.
+	LockTimeout time.Duration
+	// StopGrace bounds how long Stop waits for the connections it answers RETRY to close;
+	// then it closes what is left and returns.
+	StopGrace time.Duration
 	// HeaderTimeout, BodyTimeout and Linger default to contract §5's 2 s, 2 s and 100 ms.
 	HeaderTimeout time.Duration
 	BodyTimeout   time.Duration
 	Linger        time.Duration
 	// RetryAfter* are the retry_after_ms answered with RETRY before the first Synchronize,
-	// RETRY for a created but not started container, and BUSY.
+	// RETRY for a created but not started container, BUSY, RETRY for a pids.config that
+	// stayed locked, and RETRY from a server that is stopping.
 	RetryAfterUnsynced   time.Duration
 	RetryAfterNotStarted time.Duration
 	RetryAfterBusy       time.Duration
+	RetryAfterLocked     time.Duration
+	RetryAfterStopping   time.Duration
 	// WatchInterval is how often the server checks that its socket is still in place.
 	WatchInterval time.Duration
+	// RefreshTimeout bounds the API read of a claim on a per-claim reservedFor miss (as the
+	// NRI hook's); RefreshInterval is the least time between two reads of one claim.
+	RefreshTimeout  time.Duration
+	RefreshInterval time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -68,15 +93,22 @@ func (c *Config) setDefaults() {
 		}
 	}
 	def(&c.MaxOpenConns, DefaultMaxOpenConns)
+	def(&c.MaxOpenConnsPerCaller, DefaultMaxOpenConnsPerCaller)
 	def(&c.MaxRequests, DefaultMaxRequests)
-	def(&c.MaxRequestsPerPod, DefaultMaxRequestsPerPod)
+	def(&c.MaxRequestsPerCaller, DefaultMaxRequestsPerCaller)
+	defD(&c.LockTimeout, DefaultLockTimeout)
+	defD(&c.StopGrace, DefaultStopGrace)
 	defD(&c.HeaderTimeout, contract.RegistryHeaderTimeout)
 	defD(&c.BodyTimeout, contract.RegistryBodyTimeout)
 	defD(&c.Linger, contract.RegistryLinger)
 	defD(&c.RetryAfterUnsynced, DefaultRetryAfterUnsynced)
 	defD(&c.RetryAfterNotStarted, DefaultRetryAfterNotStarted)
 	defD(&c.RetryAfterBusy, DefaultRetryAfterBusy)
+	defD(&c.RetryAfterLocked, DefaultRetryAfterLocked)
+	defD(&c.RetryAfterStopping, DefaultRetryAfterStopping)
 	defD(&c.WatchInterval, DefaultWatchInterval)
+	defD(&c.RefreshTimeout, DefaultRefreshTimeout)
+	defD(&c.RefreshInterval, DefaultRefreshInterval)
 }
 
 // Deps are what the server asks and writes through.
@@ -85,10 +117,14 @@ type Deps struct {
 	Containers ContainerResolver
 	// Claims resolves per-claim registrations; nil answers them NOT_FOUND.
 	Claims ClaimResolver
+	// Reservations re-reads a claim's reservedFor on a miss; nil: a miss is DENIED.
+	Reservations ReservationReader
 	// Cgroups is the hierarchy of peer checks and PID lists; nil detects it from /proc.
 	Cgroups *CgroupHierarchy
 	// Metrics may be nil.
 	Metrics *metrics.RegistryMetrics
+	// Now is the clock of the reservedFor re-reads' rate; nil is time.Now.
+	Now func() time.Time
 }
 
 // Server serves the registry socket. Start it with Start; Stop ends it.
@@ -97,22 +133,24 @@ type Server struct {
 	deps    Deps
 	cgroups CgroupHierarchy
 	logger  logr.Logger
-	ctx     context.Context
+	ctx     context.Context // ends when the server stops: every wait of a handler ends with it
 	cancel  context.CancelFunc
 
-	reading   atomic.Int64 // connections still reading their frame
-	answering atomic.Int64 // BUSY answers to connections over MaxOpenConns
-	requests  chan struct{}
-	podMu     sync.Mutex
-	perPod    map[string]int
-	claimRegs *claimRegistrations
-	writes    *writeCoalescer
+	reading    atomic.Int64 // connections still reading their frame, all callers
+	answering  atomic.Int64 // BUSY answers to connections over MaxOpenConns
+	requests   chan struct{}
+	callers    *callerLoads
+	identities *identities // known callers, while they live
+	claimRegs  *claimRegistrations
+	reserved   *reservations // nil without Deps.Reservations
+	writes     *writeCoalescer
+	stopping   atomic.Bool // set first thing in shutdown
 
 	mu        sync.Mutex
-	ln        *net.UnixListener
+	current   *listener
 	ino       uint64 // inode of our socket at cfg.Socket
 	takenOver bool
-	conns     map[*net.UnixConn]struct{}
+	conns     map[*net.UnixConn]*atomic.Bool // open connections → still reading their frame
 	stopped   bool
 
 	wg           sync.WaitGroup
@@ -128,8 +166,15 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, deps: deps, logger: klog.FromContext(ctx).WithName("registry"),
-		requests: make(chan struct{}, cfg.MaxRequests), perPod: map[string]int{},
-		claimRegs: newClaimRegistrations(), writes: newWriteCoalescer(), conns: map[*net.UnixConn]struct{}{},
+		requests: make(chan struct{}, cfg.MaxRequests), callers: newCallerLoads(), identities: newIdentities(),
+		claimRegs: newClaimRegistrations(), writes: newWriteCoalescer(), conns: map[*net.UnixConn]*atomic.Bool{},
+	}
+	if deps.Reservations != nil {
+		now := deps.Now
+		if now == nil {
+			now = time.Now
+		}
+		s.reserved = newReservations(deps.Reservations, cfg.RefreshTimeout, cfg.RefreshInterval, now)
 	}
 	if deps.Cgroups != nil {
 		s.cgroups = *deps.Cgroups
@@ -145,9 +190,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
-	s.ln, s.ino = ln, ino
-	s.wg.Add(2)
-	go s.acceptLoop(ln)
+	s.ino = ino
+	s.current = s.serveListener(ln)
+	s.wg.Add(1)
 	go s.watch()
 	context.AfterFunc(s.ctx, func() { s.shutdownOnce.Do(s.shutdown) })
 	s.logger.Info("Registry serving", "socket", cfg.Socket, "cgroups", s.cgroups.String())
@@ -157,170 +202,70 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 // Socket is the path the server serves.
 func (s *Server) Socket() string { return s.cfg.Socket }
 
-// Stop closes the listener and every open connection, waits for the server's goroutines,
-// and removes the socket only if it is still this server's (a successor's is left alone).
+// Stop stops the server: the socket is removed if it is still this server's (a successor's
+// is left alone), no new connection is accepted, and every connection already accepted —
+// queued, still reading, or waiting in a handler — is answered RETRY with retry_after_ms
+// (contract §5), so a restart loses no registration. It returns once those answers are
+// written, or after Config.StopGrace with what is left closed: no handler holds it up.
 // Safe to call more than once.
 func (s *Server) Stop() {
 	s.cancel()
 	s.shutdownOnce.Do(s.shutdown)
-	s.wg.Wait()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	t := time.NewTimer(s.cfg.StopGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.logger.Info("Registry stopped before every connection was answered; closed the rest", "connections", s.closeAll())
+	}
+	s.identities.close()
 }
 
 // shutdown runs once, when the server's context ends or Stop is called.
 func (s *Server) shutdown() {
+	s.stopping.Store(true)
 	s.mu.Lock()
 	s.stopped = true
-	if s.ln != nil {
-		_ = s.ln.Close()
-	}
-	for c := range s.conns {
-		_ = c.Close()
-	}
+	l := s.current
 	ours := !s.takenOver && s.ownsSocketLocked()
 	s.mu.Unlock()
 	if ours {
+		// First, so that new connects fail (the client retries them) or reach a successor.
 		// Between the inode check and the unlink a successor could rename its socket in;
 		// the instance lock (contract §1) keeps a successor from starting meanwhile.
 		if err := os.Remove(s.cfg.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			s.logger.Error(err, "Remove registry socket", "socket", s.cfg.Socket)
 		}
 	}
+	if l != nil {
+		s.retire(l) // what is queued is accepted and answered RETRY
+	}
+	// Connections still reading their frame stop reading now and are answered RETRY;
+	// handlers waiting for a lock or an API read end with s.ctx.
+	s.mu.Lock()
+	for c, reading := range s.conns {
+		if reading.Load() {
+			_ = c.SetReadDeadline(time.Now())
+		}
+	}
+	s.mu.Unlock()
+}
+
+// closeAll closes every open connection and returns how many there were.
+func (s *Server) closeAll() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	return len(s.conns)
 }
 
 func (s *Server) ownsSocketLocked() bool {
 	ino, err := inodeOf(s.cfg.Socket)
 	return err == nil && ino == s.ino
-}
-
-// acceptLoop hands every connection to its own goroutine and never waits on a client.
-func (s *Server) acceptLoop(ln *net.UnixListener) {
-	defer s.wg.Done()
-	var backoff time.Duration
-	for {
-		c, err := ln.AcceptUnix()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || s.ctx.Err() != nil {
-				return
-			}
-			// EMFILE and friends: back off a little and keep serving (as net/http does).
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.logger.Error(err, "Accept on the registry socket", "retryIn", backoff)
-			select {
-			case <-time.After(backoff):
-			case <-s.ctx.Done():
-				return
-			}
-			continue
-		}
-		backoff = 0
-		if !s.track(c) {
-			_ = c.Close()
-			return
-		}
-		if s.reading.Add(1) > int64(s.cfg.MaxOpenConns) {
-			s.reading.Add(-1)
-			s.refuseOpen(c)
-			continue
-		}
-		s.wg.Add(1)
-		go s.serve(c, time.Now())
-	}
-}
-
-// refuseOpen answers BUSY to a connection over MaxOpenConns without reading it.
-func (s *Server) refuseOpen(c *net.UnixConn) {
-	if s.answering.Add(1) > maxBusyAnswers {
-		// Even here the client gets BUSY (contract §5), written from the accept loop without
-		// a goroutine: a fresh unix socket's buffer takes the small frame at once, and the
-		// short deadline bounds the accept loop if it does not. The write side is shut at once
-		// but the socket is closed only after the linger, by a timer rather than a goroutine:
-		// a client still sending its request must not get EPIPE before it reads the answer.
-		s.answering.Add(-1)
-		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Millisecond))
-		_, err := c.Write(AppendResponse(nil, s.busy("too many open registry connections")))
-		_ = c.CloseWrite()
-		s.untrack(c)
-		time.AfterFunc(s.cfg.Linger, func() { _ = c.Close() })
-		if err != nil {
-			s.deps.Metrics.Unanswered()
-		} else {
-			s.deps.Metrics.Observe(StatusBusy.String(), 0)
-		}
-		return
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer s.answering.Add(-1)
-		s.respond(c, time.Now(), s.busy("too many open registry connections"), true)
-	}()
-}
-
-func (s *Server) track(c *net.UnixConn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return false
-	}
-	s.conns[c] = struct{}{}
-	return true
-}
-
-func (s *Server) untrack(c *net.UnixConn) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-}
-
-// watch re-creates the socket if it disappears, notices a successor's takeover, and prunes
-// per-claim registrations of processes that are gone.
-func (s *Server) watch() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.WatchInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.checkSocket()
-		s.claimRegs.prune(s.deps.Claims, s.cgroups)
-	}
-}
-
-func (s *Server) checkSocket() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped || s.takenOver {
-		return
-	}
-	ino, err := inodeOf(s.cfg.Socket)
-	switch {
-	case err == nil && ino == s.ino:
-		return
-	case err == nil:
-		// A successor renamed its socket into place: it serves new connections now. Stop
-		// accepting (nobody can reach the old socket) and never touch the path again.
-		s.takenOver = true
-		_ = s.ln.Close()
-		s.logger.Info("Registry socket taken over by another server; no longer accepting", "socket", s.cfg.Socket)
-		return
-	case !errors.Is(err, fs.ErrNotExist):
-		s.logger.Error(err, "Check registry socket", "socket", s.cfg.Socket)
-		return
-	}
-	ln, ino, err := listenStaged(s.cfg.Socket)
-	if err != nil {
-		s.logger.Error(err, "Re-create registry socket", "socket", s.cfg.Socket)
-		return
-	}
-	old := s.ln
-	s.ln, s.ino = ln, ino
-	_ = old.Close()
-	s.wg.Add(1)
-	go s.acceptLoop(ln)
-	s.logger.Info("Registry socket was removed; re-created it", "socket", s.cfg.Socket)
 }
 
 // Check is the health check: the socket at the path is this server's and answers a probe

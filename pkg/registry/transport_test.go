@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -165,17 +166,18 @@ func TestSlowPeersAreClosedUnansweredWhileOthersAreServed(t *testing.T) {
 }
 
 // TestStalledFloodDoesNotBlockRegistration: 1,000 connections each send one byte and stall;
-// a well-formed registration meanwhile is answered (its latency is measured by the
-// benchmark, not asserted here).
+// a well-formed registration of another caller meanwhile is answered (its latency is
+// measured by the benchmark, not asserted here).
 func TestStalledFloodDoesNotBlockRegistration(t *testing.T) {
 	cs := newContainers()
 	cs.set(podB, "x", registry.Container{}, true)
 	h := rt.Hierarchies(t)[0]
 	s := startServer(t, registry.Config{}, registry.Deps{Containers: cs, Cgroups: &h})
-	flood := rt.Flood(t, s.Socket(), 1000)
-	resp, err := (&registry.Client{Socket: s.Socket()}).RegisterOnce(context.Background(), registry.Request{PodUID: podA, ContainerName: "app"})
-	if err != nil || resp.Status != registry.StatusNotFound {
-		t.Fatalf("registration during a flood of %d stalled connections: %+v, %v", len(flood), resp, err)
+	rt.Flood(t, s.Socket(), 1000)
+	other := rt.StartChild(t, rt.NewCgroup(t, h), rt.Spec{Socket: s.Socket(), Count: 1, Budget: oneAttempt,
+		Request: registry.Request{PodUID: podA, ContainerName: "app"}})
+	if rep := other.Report(t); rep.Statuses[0] != "NOT_FOUND" {
+		t.Fatalf("registration during a flood of stalled connections: %s %s", rep.Statuses[0], rep.Messages[0])
 	}
 }
 
@@ -191,62 +193,76 @@ func TestOpenConnectionBound(t *testing.T) {
 	}
 }
 
-// TestRequestBounds: whole requests in flight are bounded globally and per pod; over a bound
-// the answer is BUSY with retry_after_ms, and the slots come back when the requests finish.
+// TestRequestBounds: whole requests in flight are bounded globally and per caller — the
+// container the connecting process is in, whatever pod its requests name; over a bound the
+// answer is BUSY with retry_after_ms, and the slots come back when the requests finish.
 func TestRequestBounds(t *testing.T) {
 	h := rt.Hierarchies(t)[0]
 	podC := "4f9e5a6b-7c8d-4e9f-a0b1-c2d3e4f5a6b7"
 	podD := "5a0f6b7c-8d9e-4fa0-b1c2-d3e4f5a6b7c8"
+	type call struct {
+		caller int // index of the caller's cgroup
+		pod    string
+	}
 	for _, bound := range []struct {
 		name    string
 		cfg     registry.Config
-		hold    []string // pods whose requests are held in flight
-		busy    []string // then BUSY
-		notBusy []string // then answered normally
+		hold    []call // held in flight
+		busy    []call // then BUSY
+		notBusy []call // then answered normally
 	}{
-		{"global", registry.Config{MaxRequests: 2, MaxRequestsPerPod: 2}, []string{podA, podB}, []string{podA, podC}, nil},
-		{"per pod", registry.Config{MaxRequests: 8, MaxRequestsPerPod: 1}, []string{podA, podB}, []string{podA, podB}, []string{podC}},
+		{"global", registry.Config{MaxRequests: 2, MaxRequestsPerCaller: 2},
+			[]call{{0, podA}, {0, podB}}, []call{{0, podC}, {1, podC}}, nil},
+		{"per caller", registry.Config{MaxRequests: 8, MaxRequestsPerCaller: 1},
+			[]call{{0, podA}, {1, podB}}, []call{{0, podC}, {1, podC}}, []call{{2, podC}}},
 	} {
 		t.Run(bound.name, func(t *testing.T) {
+			callers := []rt.Cgroup{rt.NewCgroup(t, h), rt.NewCgroup(t, h), rt.NewCgroup(t, h)}
 			cs := newContainers()
 			cs.set(podD, "x", registry.Container{}, true)
 			release := make(chan struct{})
 			entered := make(chan struct{}, 8)
+			held := []string{}
+			for _, c := range bound.hold {
+				held = append(held, c.pod)
+			}
 			cs.hook = func(pod string) {
-				if slices.Contains(bound.hold, pod) {
+				if slices.Contains(held, pod) {
 					entered <- struct{}{}
 					<-release
 				}
 			}
 			s := startServer(t, bound.cfg, registry.Deps{Containers: cs, Cgroups: &h})
-			c := &registry.Client{Socket: s.Socket()}
-			ctx := context.Background()
-			var held sync.WaitGroup
-			for _, pod := range bound.hold {
-				held.Go(func() {
-					if r, err := c.RegisterOnce(ctx, registry.Request{PodUID: pod, ContainerName: "app"}); err != nil || r.Status != registry.StatusNotFound {
-						t.Errorf("held request of pod %s: %+v, %v", pod, r, err)
-					}
-				})
+			start := func(c call) *rt.Child {
+				return rt.StartChild(t, callers[c.caller], rt.Spec{Socket: s.Socket(), Count: 1, Budget: oneAttempt,
+					Request: registry.Request{PodUID: c.pod, ContainerName: "app"}})
+			}
+			expect := func(what string, c call, want registry.Status) {
+				t.Helper()
+				rep := start(c).Report(t)
+				if rep.Statuses[0] != want.String() {
+					t.Errorf("%s: caller %d naming pod %s: %s %s; want %v", what, c.caller, c.pod, rep.Statuses[0], rep.Messages[0], want)
+				}
+			}
+			var holders []*rt.Child
+			for _, c := range bound.hold {
+				holders = append(holders, start(c))
 				<-entered
 			}
-			for _, pod := range bound.busy {
-				r, err := c.RegisterOnce(ctx, registry.Request{PodUID: pod, ContainerName: "app"})
-				if err != nil || r.Status != registry.StatusBusy || !r.HasRetryAfter {
-					t.Errorf("pod %s while %v are held: %+v, %v; want BUSY", pod, bound.hold, r, err)
-				}
+			for _, c := range bound.busy {
+				expect("while "+fmt.Sprint(bound.hold)+" are held", c, registry.StatusBusy)
 			}
-			for _, pod := range bound.notBusy {
-				if r, err := c.RegisterOnce(ctx, registry.Request{PodUID: pod, ContainerName: "app"}); err != nil || r.Status != registry.StatusNotFound {
-					t.Errorf("pod %s: %+v, %v; want NOT_FOUND", pod, r, err)
-				}
+			for _, c := range bound.notBusy {
+				expect("while "+fmt.Sprint(bound.hold)+" are held", c, registry.StatusNotFound)
 			}
 			close(release)
-			held.Wait()
-			for _, pod := range bound.busy {
-				if r, err := c.RegisterOnce(ctx, registry.Request{PodUID: pod, ContainerName: "app"}); err != nil || r.Status != registry.StatusNotFound {
-					t.Errorf("pod %s after the bound cleared: %+v, %v", pod, r, err)
+			for _, ch := range holders {
+				if rep := ch.Report(t); rep.Statuses[0] != "NOT_FOUND" {
+					t.Errorf("held request: %s %s", rep.Statuses[0], rep.Messages[0])
 				}
+			}
+			for _, c := range bound.busy {
+				expect("after the bound cleared", c, registry.StatusNotFound)
 			}
 		})
 	}

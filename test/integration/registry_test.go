@@ -7,7 +7,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
@@ -51,6 +60,13 @@ func (l *layoutContainers) Container(pod, name string) (registry.Container, bool
 
 func startRegistryNode(t *testing.T, h registry.CgroupHierarchy) *registryNode {
 	t.Helper()
+	return startRegistryNodeWith(t, h, fake.NewClientset())
+}
+
+// startRegistryNodeWith is startRegistryNode with the API server the registry reads claims
+// from on a reservedFor miss.
+func startRegistryNodeWith(t *testing.T, h registry.CgroupHierarchy, kube kubernetes.Interface) *registryNode {
+	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "vgr-")
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +80,7 @@ func startRegistryNode(t *testing.T, h registry.CgroupHierarchy) *registryNode {
 	n := &registryNode{layout: layout, store: store, ctrs: &layoutContainers{layout: layout, synced: true, byKey: map[string]registry.Container{}}}
 	n.server, err = registry.Start(context.Background(), registry.Config{Socket: layout.RegistrySocket()}, registry.Deps{
 		Containers: n.ctrs, Claims: plugin.PerClaimTargets(store, layout), Cgroups: &h,
+		Reservations: plugin.ClaimReservations(store, kube),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +153,73 @@ func TestRegistryPerClaimThroughCheckpoint(t *testing.T) {
 	late := rt.StartChild(t, ctrA, rt.Spec{Socket: sock, Count: 1, Request: registry.Request{RegisterUUID: regUUID}})
 	if rep := late.Report(t); rep.Statuses[0] != "NOT_FOUND" {
 		t.Fatalf("after unprepare: %s %s", rep.Statuses[0], rep.Messages[0])
+	}
+}
+
+// TestRegistryPerClaimSecondPodFromAPIServer: a claim prepared on the per-claim path for one
+// pod is shared by a second pod afterwards; the kubelet does not prepare it again, so only
+// the API server knows the second pod. Its container's registration is OK — the registry
+// reads the claim once and records the answer in the checkpoint, so the next registration
+// of that pod reads nothing — and a pod the claim is not reserved for is still DENIED.
+func TestRegistryPerClaimSecondPodFromAPIServer(t *testing.T) {
+	h := rt.Hierarchies(t)[0]
+	regPodC := "4f9e5a6b-7c8d-4e9f-a0b1-c2d3e4f5a6b7"
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared", UID: types.UID(regClaim)},
+		Status: resourceapi.ResourceClaimStatus{ReservedFor: []resourceapi.ResourceClaimConsumerReference{
+			{Resource: "pods", Name: "a", UID: types.UID(regPodA)},
+			{Resource: "pods", Name: "b", UID: types.UID(regPodB)},
+		}},
+	}
+	kube := fake.NewClientset(claim)
+	var gets atomic.Int32
+	kube.PrependReactor("get", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets.Add(1)
+		return false, nil, nil
+	})
+	n := startRegistryNodeWith(t, h, kube)
+	dirs, err := n.layout.EnsurePerClaimDirs(regClaim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.store.Update(func(d *checkpoint.Data) error {
+		if d.Claims == nil {
+			d.Claims = map[string]checkpoint.Claim{}
+		}
+		d.Claims[regClaim] = checkpoint.Claim{Namespace: "ns", Name: "shared", State: checkpoint.PrepareCompleted,
+			Path: contract.PathPerClaim, ReservedFor: []string{regPodA}, RegisterUUID: regUUID}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	kubepods := rt.NewCgroup(t, h)
+	ctrB := kubepods.Sub(t, "kubepods/burstable/pod"+regPodB+"/ctr-b")
+	ctrC := kubepods.Sub(t, "kubepods/burstable/pod"+regPodC+"/ctr-c")
+	sock := n.layout.RegistrySocket()
+	req := registry.Request{RegisterUUID: regUUID}
+
+	b := rt.StartChild(t, ctrB, rt.Spec{Socket: sock, Count: 1, Request: req})
+	if rep := b.Report(t); rep.Statuses[0] != "OK" {
+		t.Fatalf("second pod, reserved in the API server only: %s %s; want OK", rep.Statuses[0], rep.Messages[0])
+	}
+	if got := readPIDList(t, dirs.Config); !slices.Equal(got, []int{b.PID}) {
+		t.Fatalf("pids.config = %v, want [%d]", got, b.PID)
+	}
+	if cl, ok := n.store.Get(regClaim); !ok || !slices.Equal(cl.ReservedFor, []string{regPodA, regPodB}) {
+		t.Fatalf("checkpoint reservedFor after the read: %v, want [%s %s]", cl.ReservedFor, regPodA, regPodB)
+	}
+	readsForB := gets.Load()
+	b2 := rt.StartChild(t, ctrB, rt.Spec{Socket: sock, Count: 1, Request: req})
+	if rep := b2.Report(t); rep.Statuses[0] != "OK" {
+		t.Fatalf("second pod again: %s %s", rep.Statuses[0], rep.Messages[0])
+	}
+	if readsForB != 1 || gets.Load() != readsForB {
+		t.Fatalf("API reads of the claim: %d for the first registration, %d after the second; want 1, then none", readsForB, gets.Load())
+	}
+
+	c := rt.StartChild(t, ctrC, rt.Spec{Socket: sock, Count: 1, Request: req})
+	if rep := c.Report(t); rep.Statuses[0] != "DENIED" {
+		t.Fatalf("pod the claim is not reserved for: %s %s; want DENIED", rep.Statuses[0], rep.Messages[0])
 	}
 }
 

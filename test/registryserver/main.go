@@ -22,7 +22,9 @@
 // check) or a PID, resolved once: at start-up for the containers listed then, else on first
 // use (a container added by a rewrite); or "initPID" to have the server derive it on
 // every registration as in production. Omit all three for a created, not started container
-// (RETRY). --hierarchy v1|v2 picks the cgroup hierarchy (default: as in production).
+// (RETRY). --hierarchy v1|v2 picks the cgroup hierarchy (default: as in production);
+// --lock-timeout sets how long a registration waits for pids.config's lock. SIGTERM stops the
+// server as the plugin's does: what it accepted is answered RETRY.
 package main
 
 import (
@@ -154,15 +156,16 @@ func main() {
 	targetsPath := flag.String("targets", "", "targets JSON file (required)")
 	hierarchy := flag.String("hierarchy", "", "cgroup hierarchy: v1 (pids), v2 (unified), or empty as in production")
 	lifeline := flag.Bool("stdin-lifeline", false, "exit when stdin reaches end of file")
+	lockTimeout := flag.Duration("lock-timeout", 0, "how long a registration waits for pids.config's lock (0: the server's default)")
 	klog.InitFlags(nil)
 	flag.Parse()
-	if err := run(*socket, *targetsPath, *hierarchy, *lifeline); err != nil {
+	if err := run(*socket, *targetsPath, *hierarchy, *lifeline, registry.Config{Socket: *socket, LockTimeout: *lockTimeout}); err != nil {
 		fmt.Fprintln(os.Stderr, "registryserver:", err)
 		os.Exit(1)
 	}
 }
 
-func run(socket, targetsPath, hierarchy string, lifeline bool) error {
+func run(socket, targetsPath, hierarchy string, lifeline bool, cfg registry.Config) error {
 	if socket == "" || targetsPath == "" {
 		return fmt.Errorf("--socket and --targets are required")
 	}
@@ -184,7 +187,7 @@ func run(socket, targetsPath, hierarchy string, lifeline bool) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	s, err := registry.Start(ctx, registry.Config{Socket: socket}, registry.Deps{Containers: t, Claims: t, Cgroups: &h})
+	s, err := registry.Start(ctx, cfg, registry.Deps{Containers: t, Claims: t, Cgroups: &h})
 	if err != nil {
 		return err
 	}

@@ -149,12 +149,30 @@ const childEnv = "VGR_REGISTRYTEST_CHILD"
 
 // Spec is what a child does once released: Count registrations of Request with the
 // retrying client, by Workers goroutines (0: all at once). Count 0: it only sleeps (a
-// process to fill a cgroup).
+// process to fill a cgroup). Before registering it sets up what a misbehaving tenant would
+// (Lock, Stall) and prints "ready" (Child.Ready).
 type Spec struct {
 	Socket  string
 	Request registry.Request
 	Count   int
 	Workers int
+	// Budget is the retrying client's budget; 0 is the contract's. A budget shorter than
+	// any wait makes exactly one attempt.
+	Budget time.Duration
+	// RandomPodUID sends a fresh random pod_uid with every registration (a tenant that
+	// names pods it is not in).
+	RandomPodUID bool
+	// Repeat makes every worker register again and again until the child is stopped; such
+	// a child prints no report.
+	Repeat bool
+	// Lock is a file the child opens and holds flock(LOCK_SH) on until it ends (a tenant
+	// holding its own pids.config).
+	Lock string
+	// Stall is a number of connections to Socket that each send one byte of a header and
+	// then stall. StallReopen > 0: one that the server closes is opened again after that
+	// pause (a tenant that keeps its flood up); 0: it is left closed.
+	Stall       int
+	StallReopen time.Duration
 }
 
 // Report is what a child prints after its registrations.
@@ -185,6 +203,64 @@ func runChild(specJSON string) int {
 	if _, err := in.ReadString('\n'); err != nil { // released once moved into its cgroup
 		return 2
 	}
+	stopped := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, in) // stay alive (and in the cgroup) until stdin closes
+		close(stopped)
+	}()
+	if spec.Lock != "" {
+		f, err := os.Open(spec.Lock)
+		if err == nil {
+			err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child lock:", err)
+			return 2
+		}
+		defer f.Close()
+	}
+	if err := stall(spec, stopped); err != nil {
+		fmt.Fprintln(os.Stderr, "child stall:", err)
+		return 2
+	}
+	fmt.Println(readyLine)
+	if spec.Repeat {
+		for range max(spec.Workers, spec.Count, 1) {
+			go func() {
+				c := registry.Client{Socket: spec.Socket, Budget: spec.Budget}
+				for {
+					_, _ = c.Register(context.Background(), spec.request())
+				}
+			}()
+		}
+		<-stopped
+		return 0
+	}
+	rep := register(spec)
+	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
+		return 2
+	}
+	<-stopped
+	return 0
+}
+
+// readyLine is what a child prints once its Lock and Stall are in place.
+const readyLine = "ready"
+
+func (spec Spec) request() registry.Request {
+	r := spec.Request
+	if spec.RandomPodUID {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+		h := hex.EncodeToString(b[:])
+		r.PodUID = h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	}
+	return r
+}
+
+// register makes spec.Count registrations with spec.Workers workers.
+func register(spec Spec) Report {
 	rep := Report{PID: os.Getpid(), Statuses: make([]string, spec.Count), Messages: make([]string, spec.Count),
 		Latencies: make([]int64, spec.Count)}
 	workers := spec.Workers
@@ -200,10 +276,10 @@ func runChild(specJSON string) int {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			c := registry.Client{Socket: spec.Socket}
+			c := registry.Client{Socket: spec.Socket, Budget: spec.Budget}
 			for i := range next {
 				t0 := time.Now()
-				res, err := c.Register(context.Background(), spec.Request)
+				res, err := c.Register(context.Background(), spec.request())
 				rep.Latencies[i] = int64(time.Since(t0))
 				if err != nil {
 					rep.Statuses[i] = "error: " + err.Error()
@@ -216,11 +292,56 @@ func runChild(specJSON string) int {
 	}
 	wg.Wait()
 	rep.WallNS = int64(time.Since(start))
-	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
-		return 2
+	return rep
+}
+
+// stall opens spec.Stall stalled connections and, with StallReopen, keeps them up until
+// stopped. It returns once each has been opened once.
+func stall(spec Spec, stopped <-chan struct{}) error {
+	var opened sync.WaitGroup
+	errs := make(chan error, spec.Stall)
+	for range spec.Stall {
+		opened.Add(1)
+		go func() {
+			first := true
+			for {
+				c, err := net.Dial("unix", spec.Socket)
+				if err == nil {
+					_, err = c.Write([]byte("V"))
+				}
+				if first {
+					first = false
+					errs <- err
+					opened.Done()
+				}
+				if c != nil {
+					_, _ = io.Copy(io.Discard, c) // until the server closes it
+					_ = c.Close()
+				}
+				if spec.StallReopen <= 0 {
+					return
+				}
+				select {
+				case <-stopped:
+					return
+				case <-time.After(spec.StallReopen):
+				}
+			}
+		}()
 	}
-	_, _ = io.Copy(io.Discard, in) // stay alive (and in the cgroup) until stdin closes
-	return 0
+	opened.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil && !isClosedByServer(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// isClosedByServer: the server answered (BUSY) and closed before the byte was sent.
+func isClosedByServer(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // Child is a running child process.
@@ -230,6 +351,7 @@ type Child struct {
 	stdin io.WriteCloser
 	out   *bufio.Reader
 	done  chan struct{}
+	ready bool
 }
 
 // StartChild starts a child in cgroup c and releases it: it registers as spec says and
@@ -262,9 +384,22 @@ func StartChild(t testing.TB, c Cgroup, spec Spec) *Child {
 	return ch
 }
 
+// Ready waits until the child has its Lock and Stall in place.
+func (ch *Child) Ready(t testing.TB) {
+	t.Helper()
+	line, err := ch.out.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != readyLine {
+		t.Fatalf("child %d is not ready: %q, %v", ch.PID, line, err)
+	}
+	ch.ready = true
+}
+
 // Report waits for the child's report (its registrations done).
 func (ch *Child) Report(t testing.TB) Report {
 	t.Helper()
+	if !ch.ready {
+		ch.Ready(t)
+	}
 	line, err := ch.out.ReadString('\n')
 	if err != nil {
 		t.Fatalf("child %d gave no report: %v", ch.PID, err)
@@ -288,8 +423,9 @@ func (ch *Child) Stop() {
 	<-ch.done
 }
 
-// Flood opens n connections to sock that each send one byte of a header and stall; they
-// are closed when the test ends.
+// Flood opens n connections to sock from this process that each send one byte of a header
+// and stall; they are closed when the test ends. The server may answer one BUSY and close
+// it (over a bound) before the byte is sent.
 func Flood(t testing.TB, sock string, n int) []net.Conn {
 	t.Helper()
 	conns := make([]net.Conn, 0, n)
@@ -304,7 +440,7 @@ func Flood(t testing.TB, sock string, n int) []net.Conn {
 			t.Fatalf("flood connection %d: %v", len(conns), err)
 		}
 		conns = append(conns, c)
-		if _, err := c.Write([]byte("V")); err != nil {
+		if _, err := c.Write([]byte("V")); err != nil && !isClosedByServer(err) {
 			t.Fatalf("flood connection %d: %v", len(conns), err)
 		}
 	}

@@ -130,11 +130,54 @@ func (l Layout) remove(rel string) error {
 // container name. The per-claim directory set and entries that are not directories named
 // "<podUID>_<containerName>" are skipped. A missing claim directory lists as empty.
 func (l Layout) ListContainerDirs(claimUID string) ([]ContainerRef, error) {
+	all, err := l.ListContainerDirsOf([]string{claimUID})
+	return all[claimUID], err
+}
+
+// ListContainerDirsOf is ListContainerDirs for many claims, with the claims root opened and
+// checked once (Synchronize lists every claim of the node). A claim that cannot be listed is
+// left out, and its error is joined into the one returned.
+func (l Layout) ListContainerDirsOf(claimUIDs []string) (map[string][]ContainerRef, error) {
+	out := make(map[string][]ContainerRef, len(claimUIDs))
+	var valid []string
+	var invalid []error
+	for _, uid := range claimUIDs {
+		if _, err := claimRel(uid); err != nil {
+			invalid = append(invalid, err) // no path is built from it
+			continue
+		}
+		valid = append(valid, uid)
+	}
+	if len(valid) == 0 {
+		return out, errors.Join(invalid...)
+	}
+	t, err := l.openClaims(false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, errors.Join(invalid...)
+	}
+	if err != nil {
+		return out, errors.Join(append(invalid, err)...)
+	}
+	defer t.close()
+	listErrs := invalid
+	for _, uid := range valid {
+		refs, err := t.containerDirs(uid)
+		if err != nil {
+			listErrs = append(listErrs, err)
+			continue
+		}
+		out[uid] = refs
+	}
+	return out, errors.Join(listErrs...)
+}
+
+// containerDirs lists one claim's container directories below the open claims root.
+func (t *claimsTree) containerDirs(claimUID string) ([]ContainerRef, error) {
 	rel, err := claimRel(claimUID)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := l.list(rel)
+	entries, err := t.readDir(rel)
 	if err != nil {
 		return nil, fmt.Errorf("list container directories of claim %s: %w", claimUID, err)
 	}

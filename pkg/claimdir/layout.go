@@ -115,15 +115,18 @@ func (l Layout) ContainerDirs(claimUID, podUID, containerName string) (Dirs, err
 	if err != nil {
 		return Dirs{}, err
 	}
-	return dirsAt(filepath.Join(l.ClaimsRoot(), rel)), nil
+	return dirsAt(l.ClaimsRoot() + string(filepath.Separator) + rel), nil
 }
 
+// dirsAt is the directory set at root, a clean path. Plain concatenation, not filepath.Join:
+// the names are constants and root is clean, and Synchronize builds this for every container
+// of the node (BenchmarkSynchronize10k).
 func dirsAt(root string) Dirs {
 	return Dirs{
 		Root:     root,
-		Config:   filepath.Join(root, configDirName),
-		VGPULock: filepath.Join(root, vgpuLockDirName),
-		VMemNode: filepath.Join(root, vmemNodeDirName),
+		Config:   root + string(filepath.Separator) + configDirName,
+		VGPULock: root + string(filepath.Separator) + vgpuLockDirName,
+		VMemNode: root + string(filepath.Separator) + vmemNodeDirName,
 	}
 }
 
@@ -157,7 +160,8 @@ func containerRel(claimUID, podUID, containerName string) (string, error) {
 	if err := contract.ValidateContainerName(containerName); err != nil {
 		return "", err
 	}
-	return filepath.Join(rel, containerDirName(podUID, containerName)), nil
+	// Validated names hold no separator or dot-dot: concatenation is the join.
+	return rel + string(filepath.Separator) + containerDirName(podUID, containerName), nil
 }
 
 // containerDirName is "<podUID>_<containerName>"; neither part can hold '_'.

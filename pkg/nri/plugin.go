@@ -45,6 +45,8 @@ type Plugin struct {
 	logger  klog.Logger
 	// inflight counts hook calls in progress; Supervisor.Drain waits for it.
 	inflight inflight
+	// cgroupReads tracks the background reads of cgroups after a Synchronize.
+	cgroupReads sync.WaitGroup
 
 	mu       sync.Mutex
 	runtime  string // "<name> <version>" from the last Configure

@@ -320,9 +320,11 @@ func TestSynchronizeRebuildsTheCache(t *testing.T) {
 	if !f.plugin.Cache().Synced() || len(list) != 1 {
 		t.Fatalf("cache after Synchronize: synced %v, %+v", f.plugin.Cache().Synced(), list)
 	}
-	if in := list[0]; in.ContainerID != "run" || in.PID != 77 || in.Cgroup.Unified != "/kubepods/app.scope" || in.State != StateRunning {
+	if in := list[0]; in.ContainerID != "run" || in.PID != 77 || in.State != StateRunning {
 		t.Errorf("replayed instance %+v", in)
 	}
+	// The cgroup is read after Synchronize answered.
+	waitFor(t, func() bool { in, _ := f.plugin.Cache().Get("run"); return in.Cgroup.Unified == "/kubepods/app.scope" })
 	if !exists(f.dirs(claimA, podA, "app").Root) || exists(f.dirs(claimA, podA, "old").Root) || exists(f.dirs(claimA, podB, "app").Root) {
 		t.Error("Synchronize kept a directory the runtime no longer has, or removed a live one")
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -37,8 +38,16 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 			instances = append(instances, in)
 		}
 	}
+	unknown := p.keepKnownCgroups(instances)
 	p.cache.replace(instances)
 	p.metrics.CacheEntries.Set(float64(len(instances)))
+	if len(unknown) > 0 {
+		p.cgroupReads.Add(1)
+		go func() {
+			defer p.cgroupReads.Done()
+			p.readCgroups(unknown)
+		}()
+	}
 	removed := p.removeStaleDirs(instances)
 	p.logger.Info("Synchronized with the NRI runtime", "pods", len(pods), "containers", len(containers), "vgpuContainers", len(instances), "staleDirsRemoved", removed)
 
@@ -82,18 +91,68 @@ func (p *Plugin) replayed(pod *api.PodSandbox, ctr *api.Container) (Instance, bo
 	switch ctr.GetState() {
 	case api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_PAUSED:
 		in.State = StateRunning
-		in.PID = int(ctr.GetPid())
-		cg, err := readCgroup(p.cfg.ProcRoot, in.PID)
-		if err != nil {
-			p.logger.Error(err, "No cgroup for a running vGPU container", "pod", klog.KRef(pod.GetNamespace(), pod.GetName()), "container", name)
-		}
-		in.Cgroup = cg
+		in.PID = int(ctr.GetPid()) // its cgroup: resolveCgroups
 	case api.ContainerState_CONTAINER_CREATED:
 		in.State = StateCreated
 	default:
 		in.State = StateStopped
 	}
 	return in, true
+}
+
+// cgroupReaders bounds the goroutines that read /proc/<pid>/cgroup after a Synchronize.
+const cgroupReaders = 4
+
+// keepKnownCgroups gives each running instance the cgroup the cache already holds for the same
+// container ID and PID (a runtime restart: nothing to read again) and returns the instances
+// whose cgroup is still to be read.
+func (p *Plugin) keepKnownCgroups(instances []Instance) []Instance {
+	var unknown []Instance
+	for i := range instances {
+		in := &instances[i]
+		if in.PID <= 0 {
+			continue
+		}
+		if old, ok := p.cache.Get(in.ContainerID); ok && old.PID == in.PID && old.Cgroup != (Cgroup{}) {
+			in.Cgroup = old.Cgroup
+			continue
+		}
+		unknown = append(unknown, *in)
+	}
+	return unknown
+}
+
+// readCgroups reads the cgroups of running instances the cache did not know, after Synchronize
+// has answered: Synchronize runs under the runtime's request timeout, and on a node with
+// thousands of containers reading each /proc/<pid>/cgroup would be most of its time
+// (BenchmarkSynchronize10k). An instance is updated only while it still has that PID. Until
+// its cgroup is read, the registry derives it from the init PID itself (pkg/registry resolve.go),
+// which is what is read here; the PID is the one the runtime has just replayed, so the risk of a
+// reused PID is the one any read after the runtime's answer takes.
+func (p *Plugin) readCgroups(instances []Instance) {
+	work := make(chan Instance)
+	var wg sync.WaitGroup
+	for range min(cgroupReaders, len(instances)) {
+		wg.Go(func() {
+			for in := range work {
+				cg, err := readCgroup(p.cfg.ProcRoot, in.PID)
+				if err != nil {
+					p.logger.Error(err, "No cgroup for a running vGPU container", "pod", klog.KRef(in.PodNamespace, in.PodName), "container", in.ContainerName)
+					continue
+				}
+				p.cache.update(in.ContainerID, func(cur *Instance) {
+					if cur.PID == in.PID && cur.Cgroup == (Cgroup{}) {
+						cur.Cgroup = cg
+					}
+				})
+			}
+		})
+	}
+	for _, in := range instances {
+		work <- in
+	}
+	close(work)
+	wg.Wait()
 }
 
 // removeStaleDirs removes the container directories of NRI-path claims that no replayed
@@ -104,22 +163,24 @@ func (p *Plugin) removeStaleDirs(instances []Instance) int {
 	for _, in := range instances {
 		owned[dirKey{in.ClaimUID, in.PodUID, in.ContainerName}] = true
 	}
-	removed := 0
+	var uids []string
 	for _, c := range p.claims.List() {
-		if c.Path != contract.PathNRI {
-			continue
+		if c.Path == contract.PathNRI {
+			uids = append(uids, c.UID)
 		}
-		refs, err := p.cfg.Layout.ListContainerDirs(c.UID)
-		if err != nil {
-			p.metrics.Failures.WithLabelValues(metrics.HookSynchronize).Inc()
-			p.logger.Error(err, "Listing container directories failed", "claim", c.UID)
-			continue
-		}
-		for _, ref := range refs {
-			if owned[dirKey{c.UID, ref.PodUID, ref.ContainerName}] {
+	}
+	dirs, err := p.cfg.Layout.ListContainerDirsOf(uids)
+	if err != nil {
+		p.metrics.Failures.WithLabelValues(metrics.HookSynchronize).Inc()
+		p.logger.Error(err, "Listing container directories failed")
+	}
+	removed := 0
+	for _, uid := range uids {
+		for _, ref := range dirs[uid] {
+			if owned[dirKey{uid, ref.PodUID, ref.ContainerName}] {
 				continue
 			}
-			p.removeDirs(metrics.HookSynchronize, Instance{ClaimUID: c.UID, PodUID: ref.PodUID, ContainerName: ref.ContainerName})
+			p.removeDirs(metrics.HookSynchronize, Instance{ClaimUID: uid, PodUID: ref.PodUID, ContainerName: ref.ContainerName})
 			removed++
 		}
 	}

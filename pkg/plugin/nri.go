@@ -87,6 +87,12 @@ type checkpointClaims struct {
 
 var _ nri.Claims = checkpointClaims{}
 
+// newCheckpointClaims is the one adapter of the checkpoint and the API server that the NRI hook
+// and the registry share; quarantine may be nil.
+func newCheckpointClaims(store *checkpoint.Store, kube kubernetes.Interface, quarantine *driver.Quarantine, logger klog.Logger) checkpointClaims {
+	return checkpointClaims{store: store, kube: kube, quarantine: quarantine, recorder: newReservedForRecorder(store, logger)}
+}
+
 func (c checkpointClaims) Prepared(claimUID string) (nri.Claim, bool) {
 	cp, ok := c.store.Get(claimUID)
 	if !ok {

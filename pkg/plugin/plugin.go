@@ -115,11 +115,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		return nil, err
 	}
 	quarantine := driver.NewQuarantine(func(n int) { p.metrics.QuarantinedClaims.Set(float64(n)) })
+	claims := newCheckpointClaims(p.store, deps.KubeClient, quarantine, logger.WithName("claims"))
 	if cfg.NRI {
-		p.nri = newNRISide(cfg, layout, checkpointClaims{
-			store: p.store, kube: deps.KubeClient, quarantine: quarantine,
-			recorder: newReservedForRecorder(p.store, logger.WithName("nri")),
-		}, p.metrics)
+		p.nri = newNRISide(cfg, layout, claims, p.metrics)
 	}
 	bootID := deps.BootID
 	if bootID == "" {
@@ -139,7 +137,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 			return nil, err
 		}
 	}
-	if p.registry, err = startRegistry(ctx, layout, registryTargets(p.nri, p.store, layout, deps.KubeClient), p.metrics); err != nil {
+	if p.registry, err = startRegistry(ctx, layout, registryTargets(p.nri, claims, layout), p.metrics); err != nil {
 		return nil, err
 	}
 	p.health.Add("registry-socket", p.registry.Check)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
@@ -23,8 +24,8 @@ type targets struct {
 
 // registryTargets resolves NRI-path registrations through the NRI cache (none when NRI is off)
 // and per-claim ones through the checkpoint, with the API server's reservedFor on a miss.
-func registryTargets(n *nriSide, store *checkpoint.Store, layout claimdir.Layout, kube kubernetes.Interface) targets {
-	t := targets{claims: PerClaimTargets(store, layout), reservations: ClaimReservations(store, kube)}
+func registryTargets(n *nriSide, claims checkpointClaims, layout claimdir.Layout) targets {
+	t := targets{claims: PerClaimTargets(claims.store, layout), reservations: claims}
 	if n != nil {
 		t.containers = nriTargets{cache: n.plugin.Cache()}
 	}
@@ -79,7 +80,7 @@ func (a nriTargets) Container(podUID, name string) (registry.Container, bool) {
 // reservedFor from the API server (checkpointClaims.ReservedFor), which records a changed list
 // in the checkpoint (exported for the integration suite).
 func ClaimReservations(store *checkpoint.Store, kube kubernetes.Interface) registry.ReservationReader {
-	return checkpointClaims{store: store, kube: kube}
+	return newCheckpointClaims(store, kube, nil, klog.Background())
 }
 
 // perClaimTargets adapts the checkpoint to the registry's ClaimResolver: the checkpoint is the

@@ -58,6 +58,9 @@ func benchTenantFlood(b *testing.B, reopen time.Duration) {
 	b.Cleanup(func() { _ = os.RemoveAll(dir) })
 	layout := claimdir.Layout{StateDir: filepath.Join(dir, "state")}
 	ctrs := &layoutContainers{layout: layout, synced: true, byKey: map[string]registry.Container{}}
+	if err := layout.EnsureClaimDir(regClaim); err != nil { // as Prepare does
+		b.Fatal(err)
+	}
 	podUID := func(i int) string { return fmt.Sprintf("%08x-0000-4000-8000-%012x", i+1, i+1) }
 	var cgroups []rt.Cgroup
 	var lock string

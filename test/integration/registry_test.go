@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -178,6 +179,9 @@ func TestRegistryPerClaimSecondPodFromAPIServer(t *testing.T) {
 		return false, nil, nil
 	})
 	n := startRegistryNodeWith(t, h, kube)
+	if err := n.layout.EnsureClaimDir(regClaim); err != nil { // as Prepare does
+		t.Fatal(err)
+	}
 	dirs, err := n.layout.EnsurePerClaimDirs(regClaim)
 	if err != nil {
 		t.Fatal(err)
@@ -205,8 +209,18 @@ func TestRegistryPerClaimSecondPodFromAPIServer(t *testing.T) {
 	if got := readPIDList(t, dirs.Config); !slices.Equal(got, []int{b.PID}) {
 		t.Fatalf("pids.config = %v, want [%d]", got, b.PID)
 	}
-	if cl, ok := n.store.Get(regClaim); !ok || !slices.Equal(cl.ReservedFor, []string{regPodA, regPodB}) {
-		t.Fatalf("checkpoint reservedFor after the read: %v, want [%s %s]", cl.ReservedFor, regPodA, regPodB)
+	// The read's answer is recorded in the background (never inside a registration's or a
+	// hook's deadline); wait for it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cl, ok := n.store.Get(regClaim)
+		if ok && slices.Equal(cl.ReservedFor, []string{regPodA, regPodB}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoint reservedFor after the read: %v, want [%s %s]", cl.ReservedFor, regPodA, regPodB)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	readsForB := gets.Load()
 	b2 := rt.StartChild(t, ctrB, rt.Spec{Socket: sock, Count: 1, Request: req})

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -47,6 +48,8 @@ var (
 	repoRoot string
 	binDir   string // _output/cluster/bin: kubectl, helm
 	kube     kubernetes.Interface
+	// restConfig is the admin kubeconfig's, without client-side rate limits (benchmarks).
+	restConfig *rest.Config
 )
 
 func TestMain(m *testing.M) {
@@ -63,6 +66,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)
 	}
+	restConfig = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 50, 100
 	if kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)

@@ -178,7 +178,7 @@ func (r *Reviewer) respond(req *admissionv1.AdmissionRequest, out outcome) (*adm
 
 // mutatePod adds the required-plugins annotation to the pod's vGPU containers.
 func (r *Reviewer) mutatePod(ctx context.Context, req *admissionv1.AdmissionRequest) outcome {
-	pod, uses, out := r.podUses(ctx, req)
+	pod, uses, out := r.decodePodUses(ctx, req)
 	if out != nil {
 		return *out
 	}
@@ -195,15 +195,15 @@ func (r *Reviewer) mutatePod(ctx context.Context, req *admissionv1.AdmissionRequ
 
 // validatePod applies the pod rules to the pod's vGPU containers.
 func (r *Reviewer) validatePod(ctx context.Context, req *admissionv1.AdmissionRequest) outcome {
-	_, uses, out := r.podUses(ctx, req)
+	_, uses, out := r.decodePodUses(ctx, req)
 	if out != nil {
 		return *out
 	}
 	return outcome{violations: podRules(uses, r.rules.UUIDAttribute)}
 }
 
-// podUses decodes the pod and finds its vGPU containers; a non-nil outcome ends the review.
-func (r *Reviewer) podUses(ctx context.Context, req *admissionv1.AdmissionRequest) (*corev1.Pod, []containerUse, *outcome) {
+// decodePodUses decodes the pod and finds its vGPU containers; a non-nil outcome ends the review.
+func (r *Reviewer) decodePodUses(ctx context.Context, req *admissionv1.AdmissionRequest) (*corev1.Pod, []containerUse, *outcome) {
 	var pod corev1.Pod
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return nil, nil, &outcome{err: fmt.Errorf("decode the pod: %w", err)}

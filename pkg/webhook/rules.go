@@ -120,7 +120,7 @@ func distinctCovers(constraints []resourceapi.DeviceConstraint, requests []resou
 			continue
 		}
 		if len(c.Requests) == 0 || !slices.ContainsFunc(requests, func(r resourceapi.DeviceRequest) bool {
-			return !constraintNames(c.Requests, r)
+			return !constraintCovers(c.Requests, r)
 		}) {
 			return true
 		}
@@ -128,8 +128,8 @@ func distinctCovers(constraints []resourceapi.DeviceConstraint, requests []resou
 	return false
 }
 
-// constraintNames reports whether a constraint's request list covers the request.
-func constraintNames(list []string, r resourceapi.DeviceRequest) bool {
+// constraintCovers reports whether a constraint's request list covers the request.
+func constraintCovers(list []string, r resourceapi.DeviceRequest) bool {
 	if slices.Contains(list, r.Name) {
 		return true
 	}

@@ -80,17 +80,17 @@ func (u containerUse) describe() string {
 type MissingClaimError struct {
 	// PodClaim is the entry of pod.spec.resourceClaims.
 	PodClaim string
-	// Object is `ResourceClaim "ns/name"` or `ResourceClaimTemplate "ns/name"`.
-	Object string
+	// Kind is "ResourceClaim" or "ResourceClaimTemplate"; Name is "namespace/name".
+	Kind, Name string
 	// Containers are the containers that reference the pod claim.
 	Containers []string
 }
 
 // Error says what is missing and how to fix it.
 func (e *MissingClaimError) Error() string {
-	return fmt.Sprintf("pod claim %q names %s, which does not exist: vgpu-webhook must see it to know whether "+
+	return fmt.Sprintf("pod claim %q names %s %q, which does not exist: vgpu-webhook must see it to know whether "+
 		"container(s) %s need the vGPU guard; create the %s before the pod",
-		e.PodClaim, e.Object, strings.Join(quoteAll(e.Containers), ", "), strings.SplitN(e.Object, " ", 2)[0])
+		e.PodClaim, e.Kind, e.Name, strings.Join(quoteAll(e.Containers), ", "), e.Kind)
 }
 
 // podUses returns the containers of the pod that use a vGPU (init containers first), each with
@@ -170,19 +170,21 @@ func resolveClaim(ctx context.Context, specs Specs, namespace string, pod *corev
 	}
 	pc := pod.Spec.ResourceClaims[i]
 	rc := resolvedClaim{podClaim: name}
+	var kind, objName string
 	var err error
 	switch {
 	case pc.ResourceClaimName != nil:
-		rc.object = fmt.Sprintf("ResourceClaim %q", namespace+"/"+*pc.ResourceClaimName)
-		rc.spec, err = specs.ClaimSpec(ctx, namespace, *pc.ResourceClaimName)
+		kind, objName = "ResourceClaim", *pc.ResourceClaimName
+		rc.spec, err = specs.ClaimSpec(ctx, namespace, objName)
 	case pc.ResourceClaimTemplateName != nil:
-		rc.object = fmt.Sprintf("ResourceClaimTemplate %q", namespace+"/"+*pc.ResourceClaimTemplateName)
-		rc.spec, err = specs.TemplateSpec(ctx, namespace, *pc.ResourceClaimTemplateName)
+		kind, objName = "ResourceClaimTemplate", *pc.ResourceClaimTemplateName
+		rc.spec, err = specs.TemplateSpec(ctx, namespace, objName)
 	default:
 		return nil, nil // neither set: the API server refuses the pod
 	}
+	rc.object = fmt.Sprintf("%s %q", kind, namespace+"/"+objName)
 	if errors.Is(err, ErrNotFound) {
-		return nil, &MissingClaimError{PodClaim: name, Object: rc.object}
+		return nil, &MissingClaimError{PodClaim: name, Kind: kind, Name: namespace + "/" + objName}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up %s of pod claim %q: %w", rc.object, name, err)

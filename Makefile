@@ -8,7 +8,7 @@ GO_PACKAGES := ./...
 export TMPDIR ?= /tmp
 
 .PHONY: all build test-deps test test-go test-tools test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz fuzz-long bench bench-go bench-library clean
-.PHONY: cluster-bins cluster-up cluster-down e2e demo
+.PHONY: cluster-bins cluster-up cluster-down e2e demo bench-webhook
 
 all: build
 
@@ -110,6 +110,11 @@ cluster-down:
 ## e2e: the cluster suite: cluster up, images, test/e2e, cluster down (always). Needs root.
 e2e: cluster-bins
 	hack/e2e.sh
+
+## bench-webhook: admission latency of a vGPU pod through the webhook, on the local cluster
+## (up, chart, BenchmarkWebhookAdmission in test/e2e, down). Needs root; figures: docs/performance.md.
+bench-webhook: cluster-bins
+	E2E_GO_TEST_ARGS='-v -run ^$$ -bench ^BenchmarkWebhookAdmission$$ -benchtime 2000x' hack/e2e.sh
 
 ## demo: cluster up with simulated H200s, the chart installed, two pods sharing one GPU, a
 ## summary of what each got. Leaves the cluster up (make cluster-down removes it).

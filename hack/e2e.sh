@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make e2e: brings the local cluster up (hack/cluster-up.sh), builds and imports the plugin and
 # workload images, runs the Go e2e suite (test/e2e, build tag e2e) against it, and always takes
-# the cluster down again, also when the suite fails.
+# the cluster down again, also when the suite fails. E2E_GO_TEST_ARGS replaces the selection of
+# what runs (make bench-webhook runs the webhook's admission benchmark instead of the tests).
 set -euo pipefail
 
 export LOG_NAME=e2e
@@ -26,7 +27,9 @@ main() {
   make -C "${REPO_ROOT}" --no-print-directory cluster-up
   "${HACK_DIR}/images.sh" plugin test-workload
   log "running test/e2e"
-  (cd "${REPO_ROOT}" && KUBECONFIG="${KUBECONFIG_ADMIN}" go test -tags e2e -count=1 -v -timeout 20m ./test/e2e/)
+  local args=(-v)
+  [[ -n "${E2E_GO_TEST_ARGS:-}" ]] && read -r -a args <<<"${E2E_GO_TEST_ARGS}"
+  (cd "${REPO_ROOT}" && KUBECONFIG="${KUBECONFIG_ADMIN}" go test -tags e2e -count=1 -timeout 25m "${args[@]}" ./test/e2e/)
 }
 
 main "$@"

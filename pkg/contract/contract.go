@@ -52,8 +52,17 @@ const (
 )
 
 // RequiredPluginsAnnotationPrefix is followed by the container name; the value is a JSON list of
-// NRI plugin names that containerd's default validator requires before it creates the container.
+// NRI plugin names that containerd's default validator requires before it creates the container
+// (contract §1; the webhook adds it, contract §12).
 const RequiredPluginsAnnotationPrefix = "required-plugins.noderesource.dev/container."
+
+// Pod-scoped forms of the required-plugins annotation. containerd's default validator reads the
+// container key first, then RequiredPluginsPodAnnotation, then RequiredPluginsAnnotationBase: the
+// first one present is the container's whole list.
+const (
+	RequiredPluginsAnnotationBase = "required-plugins.noderesource.dev"
+	RequiredPluginsPodAnnotation  = "required-plugins.noderesource.dev/pod"
+)
 
 // Capacity names published in ResourceSlices (contract §2).
 const (
@@ -62,6 +71,24 @@ const (
 	// UnhealthyTaintKeySuffix follows "<driver>/" in the device taint key.
 	UnhealthyTaintKeySuffix = "unhealthy"
 )
+
+// The request policy of every published GPU (contract §2). A request for memory is valid from
+// MemoryMinimum in steps of MemoryStep, one for cores from CoresMinimum to CoresTotal (percent of
+// the GPU's SMs). The plugin publishes them; the webhook refuses requests outside them (§12).
+const (
+	MemoryMinimum int64 = 256 << 20
+	MemoryStep    int64 = 1 << 20
+	CoresMinimum  int64 = 1
+	CoresTotal    int64 = 100
+)
+
+// AttributeUUID is the device attribute that holds the GPU's UUID (contract §2). Claims name it
+// qualified with the driver name ("vgpu.dra.dev/uuid"), e.g. in a distinctAttribute constraint.
+const AttributeUUID = "uuid"
+
+// ExtendedResourceSuffix follows "<driver>/" in the extended resource name of the chart's
+// DeviceClass ("vgpu.dra.dev/vgpu", contract §1).
+const ExtendedResourceSuffix = "vgpu"
 
 // ClaimPath says how a prepared claim's containers get their directories (contract §3, §7).
 type ClaimPath string

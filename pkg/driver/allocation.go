@@ -81,7 +81,7 @@ func consumedMemory(r resourceapi.DeviceRequestAllocationResult, published int64
 	if !ok || v <= 0 {
 		return 0, fmt.Errorf("consumed memory %s is not a positive whole number of bytes", q.String())
 	}
-	if v%mib != 0 {
+	if v%memoryStep != 0 {
 		return 0, fmt.Errorf("consumed memory %s is not a multiple of 1Mi", q.String())
 	}
 	if v >= published {

@@ -162,7 +162,7 @@ func TestCheckCapacity(t *testing.T) {
 		{name: "fits exactly: 79 GiB published, 30+49 GiB", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, 30*gib, 50)}},
 			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 49*gib, 50)}},
 		{name: "memory one step over", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, 30*gib, 10)}},
-			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 49*gib+mib, 10)}, wantErr: "device gpu-0 would be overcommitted"},
+			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 49*gib+contract.MemoryStep, 10)}, wantErr: "device gpu-0 would be overcommitted"},
 		{name: "cores over 100", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, gib, 60)}, other2: {dev("gpu-0", uuidGPU0, gib, 30)}},
 			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, gib, 11)}, wantErr: "101% cores"},
 		{name: "an unlimited claim takes the whole GPU", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, 0, 0)}},

@@ -24,23 +24,32 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
 const (
-	driverName     = "vgpu.dra.dev"
-	pluginNS       = "vgpu-dra"
-	release        = "vgpu-dra"
-	testNS         = "vgpu-e2e"
-	workloadImage  = "docker.io/vgpu-dra/test-workload:dev"
-	pollInterval   = 250 * time.Millisecond
-	defaultTimeout = 2 * time.Minute
+	driverName  = "vgpu.dra.dev"
+	pluginNS    = "vgpu-dra"
+	release     = "vgpu-dra"
+	webhookName = release + "-webhook"
+	// Label selectors of the plugin's and the webhook's pods, which share the namespace.
+	pluginSelector  = "app.kubernetes.io/component=kubelet-plugin"
+	webhookSelector = "app.kubernetes.io/component=webhook"
+	// requiredPlugins is the annotation the webhook gives a container named app (contract §1).
+	requiredPlugins = "required-plugins.noderesource.dev/container.app"
+	testNS          = "vgpu-e2e"
+	workloadImage   = "docker.io/vgpu-dra/test-workload:dev"
+	pollInterval    = 250 * time.Millisecond
+	defaultTimeout  = 2 * time.Minute
 )
 
 var (
 	repoRoot string
 	binDir   string // _output/cluster/bin: kubectl, helm
 	kube     kubernetes.Interface
+	// restConfig is the admin kubeconfig's, without client-side rate limits (benchmarks).
+	restConfig *rest.Config
 )
 
 func TestMain(m *testing.M) {
@@ -57,6 +66,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)
 	}
+	restConfig = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 50, 100
 	if kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -66,7 +76,7 @@ func TestMain(m *testing.M) {
 }
 
 // run executes one of the cluster's tools and returns its combined output.
-func run(t *testing.T, tool string, args ...string) (string, error) {
+func run(t testing.TB, tool string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -77,7 +87,7 @@ func run(t *testing.T, tool string, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func mustRun(t *testing.T, tool string, args ...string) string {
+func mustRun(t testing.TB, tool string, args ...string) string {
 	t.Helper()
 	out, err := run(t, tool, args...)
 	if err != nil {
@@ -86,8 +96,9 @@ func mustRun(t *testing.T, tool string, args ...string) string {
 	return out
 }
 
-// installChart installs (or upgrades) the chart with simulated GPUs and waits for the plugin.
-func installChart(t *testing.T, extra ...string) {
+// installChart installs (or upgrades) the chart with simulated GPUs and waits for the plugin
+// and the webhook.
+func installChart(t testing.TB, extra ...string) {
 	t.Helper()
 	args := append([]string{"upgrade", "--install", release, filepath.Join(repoRoot, "deployments/helm/vgpu-dra"),
 		"--namespace", pluginNS, "--create-namespace", "--wait", "--timeout", "3m",
@@ -99,10 +110,50 @@ func installChart(t *testing.T, extra ...string) {
 	// passes only once the kubelet has registered the driver, so a claim prepared after this
 	// does not fail with "driver not registered" (and then sit in the kubelet's backoff).
 	mustRun(t, "kubectl", "-n", pluginNS, "rollout", "status", "daemonset/"+release+"-kubelet-plugin", "--timeout=2m")
+	waitWebhookSettled(t)
+}
+
+// waitWebhookSettled waits until every webhook pod is of the Deployment's current template and
+// Ready, and none of an older one is left. helm --wait and `rollout status` return while old
+// pods still drain (they keep answering for --shutdown-delay), and an upgrade that changes what
+// the webhook does (NRISupport) must not have its first pods reviewed by the old flags.
+func waitWebhookSettled(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, 3*time.Minute, "the webhook's pods to be the current ones, all Ready", func() (bool, error) {
+		d, err := kube.AppsV1().Deployments(pluginNS).Get(ctx, webhookName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pods, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{LabelSelector: webhookSelector})
+		if err != nil {
+			return false, err
+		}
+		if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != *d.Spec.Replicas || len(pods.Items) != int(*d.Spec.Replicas) {
+			return false, fmt.Errorf("deployment %+v, %d pods", d.Status, len(pods.Items))
+		}
+		hashes := map[string]bool{}
+		for _, p := range pods.Items {
+			hashes[p.Labels["pod-template-hash"]] = true
+			if p.DeletionTimestamp != nil || !podReady(&p) {
+				return false, fmt.Errorf("pod %s terminating or not Ready", p.Name)
+			}
+		}
+		return len(hashes) == 1, fmt.Errorf("pods of %d templates", len(hashes))
+	})
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // eventually polls cond until it returns true or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var lastErr error
@@ -117,7 +168,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 	t.Fatalf("timed out after %v waiting for %s (last error: %v)", timeout, what, lastErr)
 }
 
-func ensureNamespace(t *testing.T) {
+func ensureNamespace(t testing.TB) {
 	t.Helper()
 	_, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -139,16 +190,14 @@ func claimFor(name, memory string, cores int64) *resourceapi.ResourceClaim {
 	}
 }
 
-// vgpuPod runs the test workload with the claim; it carries the required-plugins annotation
-// (contract §1) that the webhook will add later.
+// vgpuPod runs the test workload with the claim. It carries no annotation: the webhook adds
+// the required-plugins annotation (contract §1, §12).
 func vgpuPod(name, claim string, command ...string) *corev1.Pod {
 	if len(command) == 0 {
 		command = []string{"sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"}
 	}
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS, Annotations: map[string]string{
-			"required-plugins.noderesource.dev/container.app": `["` + driverName + `"]`,
-		}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: ptrTo[int64](1),
 			RestartPolicy:                 corev1.RestartPolicyNever,
@@ -166,7 +215,7 @@ func vgpuPod(name, claim string, command ...string) *corev1.Pod {
 
 func ptrTo[T any](v T) *T { return &v }
 
-func createClaim(t *testing.T, c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+func createClaim(t testing.TB, c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 	t.Helper()
 	out, err := kube.ResourceV1().ResourceClaims(testNS).Create(context.Background(), c, metav1.CreateOptions{})
 	if err != nil {
@@ -190,10 +239,16 @@ func waitRunning(t *testing.T, name string) *corev1.Pod {
 // waitRunningWithin is waitRunning with its own limit.
 func waitRunningWithin(t *testing.T, name string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
+	return waitRunningIn(t, testNS, name, timeout)
+}
+
+// waitRunningIn waits for a pod of any namespace to be Running, and fails if it fails.
+func waitRunningIn(t *testing.T, ns, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
 	var pod *corev1.Pod
-	eventually(t, timeout, "pod "+name+" Running", func() (bool, error) {
+	eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() (bool, error) {
 		var err error
-		pod, err = kube.CoreV1().Pods(testNS).Get(context.Background(), name, metav1.GetOptions{})
+		pod, err = kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}

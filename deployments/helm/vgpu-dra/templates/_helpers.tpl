@@ -27,3 +27,57 @@ app.kubernetes.io/component: kubelet-plugin
 {{- end -}}
 {{- join "," $gates -}}
 {{- end -}}
+
+{{- define "vgpu-dra.webhookSelectorLabels" -}}
+app.kubernetes.io/name: vgpu-dra
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: webhook
+{{- end -}}
+
+{{- define "vgpu-dra.webhookName" -}}
+{{ include "vgpu-dra.fullname" . }}-webhook
+{{- end -}}
+
+{{/* The Secret of the webhook's serving certificate (cert-controller's or cert-manager's). */}}
+{{- define "vgpu-dra.webhookTLSSecret" -}}
+{{ include "vgpu-dra.fullname" . }}-webhook-tls
+{{- end -}}
+
+{{/* The name the API server calls the webhook by, which its certificate is issued for. */}}
+{{- define "vgpu-dra.webhookDNSName" -}}
+{{ include "vgpu-dra.webhookName" . }}.{{ .Release.Namespace }}.svc
+{{- end -}}
+
+{{/* CEL: the container asks for the DeviceClass's extended resource. */}}
+{{- define "vgpu-dra.usesExtendedResource" -}}
+has(c.resources) && ((has(c.resources.limits) && '{{ .Values.driverName }}/vgpu' in c.resources.limits) || (has(c.resources.requests) && '{{ .Values.driverName }}/vgpu' in c.resources.requests))
+{{- end -}}
+
+{{/* CEL over a ResourceClaimSpec at $spec: some request may be served by the DeviceClass. */}}
+{{- define "vgpu-dra.specUsesClass" -}}
+{{- $spec := index . 0 -}}{{- $class := index . 1 -}}
+has({{ $spec }}.devices) && has({{ $spec }}.devices.requests) && {{ $spec }}.devices.requests.exists(r, (has(r.exactly) && r.exactly.deviceClassName == '{{ $class }}') || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName == '{{ $class }}')))
+{{- end -}}
+
+{{/* What every webhook of the chart shares (contract §12). */}}
+{{- define "vgpu-dra.webhookCommon" -}}
+admissionReviewVersions: ["v1"]
+sideEffects: None
+failurePolicy: Fail
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: [{{ .Release.Namespace | quote }}, "kube-system"]
+{{- end }}
+
+{{/* Pods that may use a vGPU: resourceClaims, or the extended resource in any container. */}}
+{{- define "vgpu-dra.webhookPodConditions" -}}
+matchConditions:
+  - name: may-use-a-vgpu
+    expression: >-
+      (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0) ||
+      object.spec.containers.exists(c, {{ include "vgpu-dra.usesExtendedResource" . }}) ||
+      (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {{ include "vgpu-dra.usesExtendedResource" . }}))
+{{- end }}

@@ -60,6 +60,7 @@ test-library-asan:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(GO_PACKAGES)
+	$(GO) vet -tags e2e ./test/e2e/
 	hack/check-readme-layout.sh
 	@for m in . hack/tools; do \
 	  if ! out=$$(cd $$m && GOFLAGS= $(GO) mod tidy -diff 2>&1); then \

@@ -242,6 +242,7 @@ type allocated struct {
 	cores           int64  // 0 = unsized
 	shareID         string
 	pool, driver    string // defaults: this node, our driver
+	admin           bool   // a result of an adminAccess request
 }
 
 var claimSeq int
@@ -268,6 +269,9 @@ func (n *node) newClaim(name string, results ...allocated) *resourceapi.Resource
 		if r.shareID != "" {
 			share := types.UID(r.shareID)
 			res.ShareID = &share
+		}
+		if r.admin {
+			res.AdminAccess = &r.admin
 		}
 		if r.memory != "" || r.cores != 0 {
 			res.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{}

@@ -71,10 +71,15 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		<-ctx.Done()
-		klog.FromContext(ctx).Info("Shutting down", "cause", context.Cause(ctx))
+		select {
+		case <-ctx.Done():
+			klog.FromContext(ctx).Info("Shutting down", "cause", context.Cause(ctx))
+		case <-p.Failed():
+			// Exit non-zero so that the DaemonSet restarts the plugin (issue 12 item 8).
+			klog.FromContext(ctx).Error(p.Err(), "Shutting down after an unrecoverable error")
+		}
 		p.Stop()
-		return nil
+		return p.Err()
 	})
 }
 

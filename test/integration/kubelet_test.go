@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +47,8 @@ type node struct {
 	// nri is the NRI runtime the plugin connects to (in this process), nil when NRI is off
 	// or a test points NRISocket elsewhere.
 	nri *nriRuntime
+	// draListen, when set, creates the DRA socket's listener (plugin.Deps.DRAListen).
+	draListen func(ctx context.Context, path string) (net.Listener, error)
 }
 
 // newNode lays out a node under a short temp dir (unix socket paths must stay under 100 bytes).
@@ -119,7 +122,7 @@ func (n *node) start() {
 }
 
 func (n *node) tryStart() error {
-	p, err := plugin.Start(context.Background(), n.cfg, plugin.Deps{KubeClient: n.kube, GPUs: n.gpus, BootID: n.bootID})
+	p, err := plugin.Start(context.Background(), n.cfg, plugin.Deps{KubeClient: n.kube, GPUs: n.gpus, BootID: n.bootID, DRAListen: n.draListen})
 	if err != nil {
 		return err
 	}

@@ -135,12 +135,18 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("--nri-failure-grace must not be negative"))
 	}
 	// Unix socket paths are limited to 108 bytes; the kubelet's and ours must fit.
-	for _, sock := range []string{c.DRASocket(), c.RegistrarSocket(), c.DebugSocketPath()} {
+	for _, sock := range []string{c.DRASocket(), c.RegistrarSocket(), c.DebugSocketPath(), c.SimulatedControlSocketPath()} {
 		if len(sock) >= 100 {
 			errs = append(errs, fmt.Errorf("socket path %s is %d bytes; unix sockets need under 100: shorten --kubelet-dir or --driver-name", sock, len(sock)))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SimulatedControlSocketPath is where the simulated GPUs' control endpoint listens (contract
+// §11), <state>/simulated-gpu.sock; it is served only when the GPUs are simulated.
+func (c Config) SimulatedControlSocketPath() string {
+	return filepath.Join(c.StateDir, contract.SimulatedControlSocketName)
 }
 
 // debugSocketName is the debug socket's name in the state directory when --debug-socket is

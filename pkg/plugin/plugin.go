@@ -156,6 +156,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		return nil, err
 	}
 	p.driver.Start(ctx, p.helper, p.healthEvents(ctx))
+	if err := serveSimulatedControl(ctx, cfg.SimulatedControlSocketPath(), p.gpus); err != nil {
+		return nil, err
+	}
 	if p.healthAddr, err = p.health.Serve(ctx, cfg.HealthAddress); err != nil {
 		return nil, err
 	}

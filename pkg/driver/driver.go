@@ -80,6 +80,9 @@ type Deps struct {
 	// OnFatal is told, once, of an error the DRA helper cannot recover from (its gRPC servers
 	// failed): the process must exit so that the DaemonSet restarts it. Nil: only logged.
 	OnFatal func(error)
+	// Claims reads claims and writes their device status, in the background (status.go,
+	// reconcile.go). Nil: no device status is written and nothing is reconciled.
+	Claims ClaimAPI
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -96,7 +99,14 @@ type Driver struct {
 	publishKick chan struct{}
 	fatalOnce   sync.Once
 	dra         *metrics.DRAMetrics
-	now         func() time.Time
+	status      *statusWriter
+	// prepares holds, per claim UID, the number of its latest Prepare call, so that the
+	// reconciliation leaves alone a claim that a Prepare touched while it was reading the API
+	// server (reconcile.go).
+	preparesMu sync.Mutex
+	prepareSeq uint64
+	prepares   map[string]uint64
+	now        func() time.Time
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -117,10 +127,13 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 		cfg: cfg, deps: deps, devices: deps.Devices,
 		byName: map[string]gpu.Device{}, health: newDeviceHealth(), locks: newClaimLocks(),
 		publishKick: make(chan struct{}, 1), dra: metrics.NewDRAMetrics(deps.Metrics.Registry),
-		now: deps.Now,
+		prepares: map[string]uint64{}, now: deps.Now,
 	}
 	if d.now == nil {
 		d.now = time.Now
+	}
+	if deps.Claims != nil {
+		d.status = newStatusWriter(deps.Claims, cfg.NodeName, d.now, d.dra)
 	}
 	if d.deps.Quarantine == nil {
 		d.deps.Quarantine = NewQuarantine(nil)

@@ -83,3 +83,8 @@ func (d *testDriver) metric(t *testing.T, name, label, value string) float64 {
 	}
 	return 0
 }
+
+func fileExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}

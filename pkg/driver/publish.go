@@ -49,6 +49,7 @@ func (d *Driver) Start(ctx context.Context, p Publisher, events <-chan gpu.Healt
 	d.publisher = p
 	go d.runPublisher(ctx)
 	d.requestPublish()
+	go d.status.run(ctx)
 	if events != nil {
 		go d.runHealthEvents(ctx, events)
 	}

@@ -137,6 +137,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	if p.driver, err = newDriver(ctx, cfg, layout, driverParts{
 		devices: devices, store: p.store, metrics: p.metrics, paths: p.claimPaths(), quarantine: quarantine,
 		simulated: isSimulated(p.gpus), bootID: bootID, onFatal: p.fail,
+		claims: newKubeClaims(deps.KubeClient, cfg.NodeName),
 	}); err != nil {
 		return nil, err
 	}
@@ -159,6 +160,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	if err := serveSimulatedControl(ctx, cfg.SimulatedControlSocketPath(), p.gpus); err != nil {
 		return nil, err
 	}
+	// In the background: at start-up the API server may not answer yet, and nothing waits for
+	// the pass (contract §7, "Reconciliation with the API server").
+	go p.driver.RunReconcile(ctx, cfg.ReconcileInterval)
 	if p.healthAddr, err = p.health.Serve(ctx, cfg.HealthAddress); err != nil {
 		return nil, err
 	}

@@ -28,15 +28,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	results := perClaim(claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID },
 		func(claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
 			start := d.now()
-			prepared, devices, err := d.prepareOne(ctx, claim)
+			devices, err := d.prepareOne(ctx, claim)
 			d.deps.Metrics.PrepareDuration.Observe(d.now().Sub(start).Seconds())
 			if err != nil {
 				d.deps.Metrics.PrepareErrors.WithLabelValues(reasonOf(err)).Inc()
 				klog.FromContext(ctx).Error(err, "Preparing claim failed", "claim", klog.KObj(claim))
-				d.status.enqueue(claim, d.failedStatus(claim, err))
-			} else {
-				// Written in the background: the kubelet's answer waits for no API round trip.
-				d.status.enqueue(claim, d.preparedStatus(claim, prepared))
 			}
 			return kubeletplugin.PrepareResult{Devices: devices, Err: err}
 		})
@@ -52,18 +48,26 @@ func reasonOf(err error) string {
 	return metrics.ReasonFilesystem
 }
 
-// prepareOne prepares one claim under its lock and returns what the checkpoint records of it
-// and the devices the kubelet is told.
-func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim) (checkpoint.Claim, []kubeletplugin.Device, error) {
+// prepareOne prepares one claim under its lock and returns the devices the kubelet is told. The
+// claim's device status is queued under the same lock, so that an Unprepare that follows drops
+// it; it is written in the background, and the kubelet's answer waits for no API round trip.
+func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	uid := string(claim.UID)
 	unlock := d.locks.lock(uid)
 	defer unlock()
 	d.notePrepare(uid)
 	prepared, devices, err := d.prepareLocked(ctx, claim)
-	if err != nil {
-		return checkpoint.Claim{}, nil, err
+	switch {
+	case d.status == nil:
+	case err != nil:
+		d.status.enqueue(claim, d.failedStatus(claim, err))
+	default:
+		d.status.enqueue(claim, d.preparedStatus(claim, prepared))
 	}
-	return prepared, devices, nil
+	if err != nil {
+		return nil, err
+	}
+	return devices, nil
 }
 
 func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceClaim) (checkpoint.Claim, []kubeletplugin.Device, error) {

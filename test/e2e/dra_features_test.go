@@ -65,9 +65,9 @@ func TestDRAFeatures(t *testing.T) {
 		}
 		// The library passes the monitor through; a tenant is held to its 15Gi.
 		probe := fmt.Sprintf(`FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:%d" vgpu_probe alloc 20480 2>/dev/null; echo "exit $?"`, h200MiB)
-		for pod, want := range map[string]string{"monitor": "alloc 20480 MiB = 0\n", "share-1": "alloc 20480 MiB = 2\n"} {
-			if out := featExec(t, pod, "app", probe); !strings.HasPrefix(out, want) {
-				t.Errorf("%s: 20Gi allocation printed %q, want %q", pod, out, want)
+		for pod, want := range map[string]string{"monitor": "alloc 20480 MiB = 0\nexit 0\n", "share-1": "alloc 20480 MiB = 2\nexit 0\n"} {
+			if out := featExec(t, pod, "app", probe); !strings.HasSuffix(out, want) {
+				t.Errorf("%s: 20Gi allocation printed %q, want it to end with %q", pod, out, want)
 			}
 		}
 	})
@@ -267,7 +267,8 @@ func statusData(t *testing.T, st resourceapi.AllocatedDeviceStatus) map[string]a
 }
 
 // waitDeviceHealth waits until the pod's container reports the device's health (status
-// allocatedResourcesStatus, filled by the kubelet from the plugin's health stream).
+// allocatedResourcesStatus, filled by the kubelet from the plugin's health stream). The kubelet
+// names a device by its first CDI device, the result's own: "<driver>/claim=<uid>-<request>-<device>-<share>".
 func waitDeviceHealth(t *testing.T, pod, device, health string) {
 	t.Helper()
 	eventually(t, defaultTimeout, fmt.Sprintf("pod %s to show %s %s", pod, device, health), func() (bool, error) {
@@ -277,7 +278,7 @@ func waitDeviceHealth(t *testing.T, pod, device, health string) {
 		}
 		for _, rs := range p.Status.ContainerStatuses[0].AllocatedResourcesStatus {
 			for _, r := range rs.Resources {
-				if strings.HasSuffix(string(r.ResourceID), "/"+device) && string(r.Health) == health {
+				if strings.Contains(string(r.ResourceID), "-"+device+"-") && string(r.Health) == health {
 					return true, nil
 				}
 			}

@@ -23,6 +23,8 @@ const fileMode os.FileMode = 0o600
 // plugin per node).
 type Store struct {
 	path string
+	// writer is written into the file's envelope (DefaultWriter unless WithWriter says).
+	writer string
 	// write replaces the file; fsutil.WriteFileAtomic except in tests that count writes.
 	write func(path string, data []byte, perm os.FileMode) error
 
@@ -53,10 +55,18 @@ type outcome struct {
 	panicValue any
 }
 
+// Option changes how Open sets up the store.
+type Option func(*Store)
+
+// WithWriter names the writer recorded in the file instead of DefaultWriter.
+func WithWriter(writer string) Option { return func(s *Store) { s.writer = writer } }
+
 // Open loads the checkpoint at path. A missing file is an empty checkpoint; a file that
-// cannot be trusted is a *CorruptError. The directory must already exist. Temporary files
-// left by a write that a crash interrupted are removed.
-func Open(path string) (*Store, error) {
+// cannot be trusted is a *CorruptError, one in a newer format than this package reads a
+// *VersionError. A file of an older format is read as it is and rewritten in the format its
+// data needs at the next update. The directory must already exist. Temporary files left by a
+// write that a crash interrupted are removed.
+func Open(path string, opts ...Option) (*Store, error) {
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -79,7 +89,10 @@ func Open(path string) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{path: path, write: fsutil.WriteFileAtomic}
+	s := &Store{path: path, writer: DefaultWriter(), write: fsutil.WriteFileAtomic}
+	for _, o := range opts {
+		o(s)
+	}
 	s.durable.Store(&d)
 	return s, nil
 }
@@ -211,7 +224,7 @@ func apply(mutate func(*Data) error, d *Data) (o outcome) {
 
 // persist writes d to the file unless the file already holds exactly that data.
 func (s *Store) persist(d Data) error {
-	dataBytes, file, err := encode(d)
+	dataBytes, file, err := encode(d, s.writer)
 	if err != nil {
 		return fmt.Errorf("write checkpoint %s: %w", s.path, err)
 	}

@@ -27,7 +27,7 @@ var simulatedProfiles = map[string]func() *server.Server{
 // simulatedEventTypes is what a simulated GPU says it supports, as a data-centre GPU does; the
 // watcher registers the part of it that it needs.
 const simulatedEventTypes uint64 = nvml.EventTypeSingleBitEccError | nvml.EventTypeDoubleBitEccError |
-	nvml.EventTypePState | nvml.EventTypeXidCriticalError | nvml.EventTypeClock
+	nvml.EventTypePState | nvml.EventTypeXidCriticalError | nvml.EventTypeClock | nvml.EventTypeGpuRecoveryAction
 
 // SimulatedProfiles returns the profile names NewSimulated accepts, sorted.
 func SimulatedProfiles() []string {
@@ -49,6 +49,8 @@ type Simulated struct {
 	server  *server.Server
 	visible []*server.Device // the first count GPUs, by index
 	events  *simEventHub
+	// recovery holds the GPUs' NVML recovery actions (simulated_recovery.go).
+	recovery *simRecovery
 }
 
 var _ Source = (*Simulated)(nil)
@@ -87,6 +89,7 @@ func NewSimulated(profile string, count int) (*Simulated, error) {
 		}
 	}
 	s.installMocks()
+	s.installRecoveryMocks()
 	src, err := openNVML(srv, simulatedNUMA(numaByBusID))
 	if err != nil {
 		return nil, fmt.Errorf("simulated GPU profile %s: %w", profile, err)

@@ -114,8 +114,8 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	in := Instance{
 		ContainerID: ctr.GetId(), PodUID: podUID, PodNamespace: pod.GetNamespace(), PodName: pod.GetName(),
 		ContainerName: name, ClaimUID: uid, ConfigDir: dirs.Config, State: StateCreated,
-		Results: resultsOf(claim, devices, env),
 	}
+	in.Results, in.AdminResults = splitResults(claim, resultsOf(claim, devices, env))
 	if err := p.cache.add(in, generation); err != nil {
 		var inUse *ResultInUseError
 		if errors.As(err, &inUse) {
@@ -142,8 +142,12 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 
 	adjust := &api.ContainerAdjustment{}
 	adjust.AddMount(&api.Mount{Source: dirs.Config, Destination: contract.ContainerConfigDir, Type: "bind", Options: roMount})
-	adjust.AddMount(&api.Mount{Source: dirs.VGPULock, Destination: contract.ContainerVGPULockDir, Type: "bind", Options: rwMount})
-	adjust.AddMount(&api.Mount{Source: dirs.VMemNode, Destination: contract.ContainerVMemNodeDir, Type: "bind", Options: rwMount})
+	// A container of admin-access results only runs unlimited (its vgpu.config has no limit):
+	// the library keeps no ledger and no core buckets for it, so it gets no writable directory.
+	if len(in.Results) > 0 || len(in.AdminResults) == 0 {
+		adjust.AddMount(&api.Mount{Source: dirs.VGPULock, Destination: contract.ContainerVGPULockDir, Type: "bind", Options: rwMount})
+		adjust.AddMount(&api.Mount{Source: dirs.VMemNode, Destination: contract.ContainerVMemNodeDir, Type: "bind", Options: rwMount})
+	}
 	adjust.AddEnv(contract.EnvPodUID, podUID)
 	adjust.AddEnv(contract.EnvContainerName, name)
 	if p.cfg.SetNvidiaVisibleDevices {
@@ -157,16 +161,22 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 }
 
 // containerConfig is what the container may use (contract §4a): the GPUs of the results it
-// references, each once, with their limits, and its NRI identity. Two results on one GPU never
-// reach here (checkCollisions), so a GPU's limits are those of its one result.
+// references, each once, with their limits (none for admin access), and its NRI identity. Two
+// results on one GPU never reach here (checkCollisions), so a GPU's limits are those of its one
+// result.
 func containerConfig(claim Claim, in Instance) contract.ContainerConfig {
 	c := contract.ContainerConfig{ClaimUID: claim.UID, PodUID: in.PodUID, ContainerName: in.ContainerName}
-	for _, i := range in.Results {
+	used := slices.Sorted(slices.Values(slices.Concat(in.Results, in.AdminResults)))
+	for _, i := range used {
 		r := claim.Results[i]
 		if slices.ContainsFunc(c.GPUs, func(g contract.ContainerGPU) bool { return g.UUID == r.GPUUUID }) {
 			continue
 		}
-		c.GPUs = append(c.GPUs, contract.ContainerGPU{Index: r.Index, UUID: r.GPUUUID, MemoryBytes: r.MemoryBytes, Cores: r.Cores})
+		g := contract.ContainerGPU{Index: r.Index, UUID: r.GPUUUID, MemoryBytes: r.MemoryBytes, Cores: r.Cores}
+		if r.AdminAccess {
+			g.MemoryBytes, g.Cores = 0, 0 // "0 0": pass-through (contract §4a)
+		}
+		c.GPUs = append(c.GPUs, g)
 	}
 	return c
 }

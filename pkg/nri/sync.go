@@ -86,8 +86,8 @@ func (p *Plugin) replayed(pod *api.PodSandbox, ctr *api.Container) (Instance, bo
 	in := Instance{
 		ContainerID: ctr.GetId(), PodUID: podUID, PodNamespace: pod.GetNamespace(), PodName: pod.GetName(),
 		ContainerName: name, ClaimUID: env.claimUID, ConfigDir: dirs.Config,
-		Results: resultsOf(claim, cdiDevices(ctr), env),
 	}
+	in.Results, in.AdminResults = splitResults(claim, resultsOf(claim, cdiDevices(ctr), env))
 	switch ctr.GetState() {
 	case api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_PAUSED:
 		in.State = StateRunning

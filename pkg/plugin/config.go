@@ -22,6 +22,11 @@ import (
 // a container writes there is charged to its own memory limit.
 const DefaultClaimFSBytes = 32 << 20
 
+// DefaultReconcileInterval is how often the prepared claims are checked against the API server
+// (--reconcile-interval): a claim the kubelet did not unprepare (the plugin was down) costs its
+// GPU share until then.
+const DefaultReconcileInterval = 5 * time.Minute
+
 // MinClaimFSBytes is the smallest tmpfs that holds one container's files.
 const MinClaimFSBytes = 1 << 20
 
@@ -59,6 +64,9 @@ type Config struct {
 	NRIFailureGrace time.Duration
 	// DebugSocket is the debug endpoint's unix socket; <state>/debug.sock when empty, "-" off.
 	DebugSocket string
+	// ReconcileInterval is how often prepared claims are checked against the API server
+	// (--reconcile-interval); 0: only once, at start-up.
+	ReconcileInterval time.Duration
 
 	// Feature gates, resolved by cmd.
 	VGPU        bool
@@ -134,13 +142,22 @@ func (c Config) Validate() error {
 	if c.NRIFailureGrace < 0 {
 		errs = append(errs, errors.New("--nri-failure-grace must not be negative"))
 	}
+	if c.ReconcileInterval < 0 {
+		errs = append(errs, errors.New("--reconcile-interval must not be negative"))
+	}
 	// Unix socket paths are limited to 108 bytes; the kubelet's and ours must fit.
-	for _, sock := range []string{c.DRASocket(), c.RegistrarSocket(), c.DebugSocketPath()} {
+	for _, sock := range []string{c.DRASocket(), c.RegistrarSocket(), c.DebugSocketPath(), c.SimulatedControlSocketPath()} {
 		if len(sock) >= 100 {
 			errs = append(errs, fmt.Errorf("socket path %s is %d bytes; unix sockets need under 100: shorten --kubelet-dir or --driver-name", sock, len(sock)))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SimulatedControlSocketPath is where the simulated GPUs' control endpoint listens (contract
+// §11), <state>/simulated-gpu.sock; it is served only when the GPUs are simulated.
+func (c Config) SimulatedControlSocketPath() string {
+	return filepath.Join(c.StateDir, contract.SimulatedControlSocketName)
 }
 
 // debugSocketName is the debug socket's name in the state directory when --debug-socket is

@@ -29,6 +29,10 @@ type driverParts struct {
 	simulated  bool
 	bootID     string
 	quarantine *driver.Quarantine
+	// onFatal is told of an error the DRA helper cannot recover from.
+	onFatal func(error)
+	// claims reads claims and writes their device status.
+	claims driver.ClaimAPI
 }
 
 // newDriver installs libvgpu.so into the state dir (VGPUSupport), builds the CDI writer and
@@ -67,7 +71,7 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 	}, driver.Deps{
 		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
 		Paths: parts.paths, PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
-		Quarantine: parts.quarantine,
+		Quarantine: parts.quarantine, OnFatal: parts.onFatal, Claims: parts.claims,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build the driver: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync/atomic"
 
@@ -23,14 +24,16 @@ import (
 // the DRA helper, and adds their liveness checks. The directories the sockets live in are
 // created when missing (the kubelet creates them on its own nodes; outside one, binding would
 // fail with "no such file or directory").
-func startKubeletServices(ctx context.Context, cfg Config, d *driver.Driver, kube kubernetes.Interface, checks *health.Server) (*kubeletplugin.Helper, error) {
+// listen, when not nil, creates the DRA socket's listener (tests).
+func startKubeletServices(ctx context.Context, cfg Config, d *driver.Driver, kube kubernetes.Interface,
+	listen func(context.Context, string) (net.Listener, error), checks *health.Server) (*kubeletplugin.Helper, error) {
 	for _, dir := range []string{cfg.RegistrarDir(), cfg.PluginDataDir()} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create kubelet plugin directory: %w", err)
 		}
 	}
 	watch := &registrationWatch{}
-	helper, err := kubeletplugin.Start(ctx, d,
+	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(cfg.DriverName),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.KubeClient(kube),
@@ -40,7 +43,11 @@ func startKubeletServices(ctx context.Context, cfg Config, d *driver.Driver, kub
 		kubeletplugin.Serialize(false),
 		kubeletplugin.GRPCInterceptor(watch.interceptor),
 		kubeletplugin.HealthService(cfg.HealthCheck),
-	)
+	}
+	if listen != nil {
+		opts = append(opts, kubeletplugin.PluginListener(listen))
+	}
+	helper, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("start kubelet plugin services: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -32,6 +33,9 @@ type Deps struct {
 	GPUs gpu.Source
 	// BootID overrides /proc/sys/kernel/random/boot_id (tests simulate reboots with it).
 	BootID string
+	// DRAListen, when set, creates the listener of the DRA socket instead of the helper
+	// (tests break the helper's gRPC server through it).
+	DRAListen func(ctx context.Context, path string) (net.Listener, error)
 }
 
 // Plugin is a running kubelet plugin: the parts Start built, in the order it built them.
@@ -39,6 +43,11 @@ type Plugin struct {
 	cfg    Config
 	cancel context.CancelCauseFunc
 	done   chan struct{}
+
+	// failed is closed, with failErr set first, when a part fails for good (fail).
+	failed   chan struct{}
+	failOnce sync.Once
+	failErr  error
 
 	metrics *metrics.Metrics
 	health  *health.Server
@@ -85,7 +94,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	waitCtx := ctx
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	p := &Plugin{
-		cfg: cfg, cancel: cancel, done: make(chan struct{}),
+		cfg: cfg, cancel: cancel, done: make(chan struct{}), failed: make(chan struct{}),
 		metrics: metrics.New(component.NewMetricsRegistry()), health: health.NewServer(),
 	}
 	context.AfterFunc(ctx, func() { close(p.done) })
@@ -125,7 +134,8 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	}
 	if p.driver, err = newDriver(ctx, cfg, layout, driverParts{
 		devices: devices, store: p.store, metrics: p.metrics, paths: p.claimPaths(), quarantine: quarantine,
-		simulated: isSimulated(p.gpus), bootID: bootID,
+		simulated: isSimulated(p.gpus), bootID: bootID, onFatal: p.fail,
+		claims: newKubeClaims(deps.KubeClient, cfg.NodeName),
 	}); err != nil {
 		return nil, err
 	}
@@ -141,10 +151,16 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		return nil, err
 	}
 	p.health.Add("registry-socket", p.registry.Check)
-	if p.helper, err = startKubeletServices(ctx, cfg, p.driver, deps.KubeClient, p.health); err != nil {
+	if p.helper, err = startKubeletServices(ctx, cfg, p.driver, deps.KubeClient, deps.DRAListen, p.health); err != nil {
 		return nil, err
 	}
 	p.driver.Start(ctx, p.helper, p.healthEvents(ctx))
+	if err := serveSimulatedControl(ctx, cfg.SimulatedControlSocketPath(), p.gpus); err != nil {
+		return nil, err
+	}
+	// In the background: at start-up the API server may not answer yet, and nothing waits for
+	// the pass (contract §7, "Reconciliation with the API server").
+	go p.driver.RunReconcile(ctx, cfg.ReconcileInterval)
 	if p.healthAddr, err = p.health.Serve(ctx, cfg.HealthAddress); err != nil {
 		return nil, err
 	}
@@ -235,6 +251,30 @@ func (p *Plugin) Stop() {
 
 // Done is closed when the plugin's context ends.
 func (p *Plugin) Done() <-chan struct{} { return p.done }
+
+// fail records that a part of the plugin failed for good and closes Failed. The plugin is not
+// stopped here: the caller stops it (Stop drains NRI first) and exits, and the DaemonSet
+// restarts it.
+func (p *Plugin) fail(err error) {
+	p.failOnce.Do(func() {
+		p.failErr = err
+		close(p.failed)
+	})
+}
+
+// Failed is closed when a part of the plugin has failed for good (the DRA helper's gRPC
+// servers): the caller must Stop the plugin and exit with Err, so that it is restarted.
+func (p *Plugin) Failed() <-chan struct{} { return p.failed }
+
+// Err is why Failed was closed; nil while it is not.
+func (p *Plugin) Err() error {
+	select {
+	case <-p.failed:
+		return p.failErr
+	default:
+		return nil
+	}
+}
 
 // Metrics exposes the metrics (tests).
 func (p *Plugin) Metrics() *metrics.Metrics { return p.metrics }

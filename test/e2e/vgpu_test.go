@@ -374,8 +374,9 @@ func TestVGPU(t *testing.T) {
 
 	t.Run("7-uninstall-leaves-nothing", func(t *testing.T) {
 		deletePod(t, "share-a")
-		for _, c := range []string{"share-a", "share-b", "too-big", "after-restart", "per-claim", "cuda", "no-plugin"} {
-			_ = kube.ResourceV1().ResourceClaims(testNS).Delete(ctx, c, metav1.DeleteOptions{})
+		// Every claim the scenarios made, also those added after this list was first written.
+		if err := kube.ResourceV1().ResourceClaims(testNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			t.Errorf("delete claims: %v", err)
 		}
 		eventually(t, defaultTimeout, "claims gone", func() (bool, error) {
 			list, err := kube.ResourceV1().ResourceClaims(testNS).List(ctx, metav1.ListOptions{})

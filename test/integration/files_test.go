@@ -94,8 +94,8 @@ func (n *node) readCheckpoint() checkpoint.Data {
 	if err := json.Unmarshal(b, &env); err != nil {
 		n.t.Fatalf("parse checkpoint: %v", err)
 	}
-	if env.Version != "v1" {
-		n.t.Fatalf("checkpoint version %q, want v1", env.Version)
+	if env.Version != checkpoint.VersionV1 && env.Version != checkpoint.VersionV2 {
+		n.t.Fatalf("checkpoint version %q, want v1 or v2", env.Version)
 	}
 	return env.Data
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +47,8 @@ type node struct {
 	// nri is the NRI runtime the plugin connects to (in this process), nil when NRI is off
 	// or a test points NRISocket elsewhere.
 	nri *nriRuntime
+	// draListen, when set, creates the DRA socket's listener (plugin.Deps.DRAListen).
+	draListen func(ctx context.Context, path string) (net.Listener, error)
 }
 
 // newNode lays out a node under a short temp dir (unix socket paths must stay under 100 bytes).
@@ -119,7 +122,7 @@ func (n *node) start() {
 }
 
 func (n *node) tryStart() error {
-	p, err := plugin.Start(context.Background(), n.cfg, plugin.Deps{KubeClient: n.kube, GPUs: n.gpus, BootID: n.bootID})
+	p, err := plugin.Start(context.Background(), n.cfg, plugin.Deps{KubeClient: n.kube, GPUs: n.gpus, BootID: n.bootID, DRAListen: n.draListen})
 	if err != nil {
 		return err
 	}
@@ -242,6 +245,7 @@ type allocated struct {
 	cores           int64  // 0 = unsized
 	shareID         string
 	pool, driver    string // defaults: this node, our driver
+	admin           bool   // a result of an adminAccess request
 }
 
 var claimSeq int
@@ -268,6 +272,9 @@ func (n *node) newClaim(name string, results ...allocated) *resourceapi.Resource
 		if r.shareID != "" {
 			share := types.UID(r.shareID)
 			res.ShareID = &share
+		}
+		if r.admin {
+			res.AdminAccess = &r.admin
 		}
 		if r.memory != "" || r.cores != 0 {
 			res.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{}

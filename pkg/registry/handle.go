@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -97,11 +98,11 @@ func (s *Server) registerForClaim(c *net.UnixConn, req Request) Response {
 	}
 	defer p.close()
 	pod, container, ok := PodOfCgroup(caller)
-	switch {
-	case !ok:
+	if !ok {
 		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in a pod's container cgroup", p.pid)}
-	case !slices.Contains(claim.ReservedFor, pod):
-		return Response{Status: StatusDenied, Message: fmt.Sprintf("the claim is not reserved for the caller's pod %s", pod)}
+	}
+	if resp, held := s.checkHolder(claim, pod); !held {
+		return resp
 	}
 	s.claimRegs.add(claim.UID, req.RegisterUUID, container)
 	err = s.writes.do(claim.ConfigDir, func() error {
@@ -112,6 +113,29 @@ func (s *Server) registerForClaim(c *net.UnixConn, req Request) Response {
 		return Response{Status: StatusInternal, Message: "writing pids.config failed"}
 	}
 	return Response{Status: StatusOK}
+}
+
+// checkHolder decides whether the caller's pod may register for the claim: through the
+// claim's own VerifyHolder where it has one (bounded by HolderTimeout), else its reservedFor.
+func (s *Server) checkHolder(claim Claim, pod string) (Response, bool) {
+	if claim.VerifyHolder == nil {
+		if slices.Contains(claim.ReservedFor, pod) {
+			return Response{}, true
+		}
+		return Response{Status: StatusDenied, Message: fmt.Sprintf("the claim is not reserved for the caller's pod %s", pod)}, false
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.HolderTimeout)
+	defer cancel()
+	err := claim.VerifyHolder(ctx, pod)
+	switch {
+	case err == nil:
+		return Response{}, true
+	case errors.Is(err, ErrNotHolder):
+		return Response{Status: StatusDenied, Message: err.Error()}, false
+	default:
+		s.logger.Error(err, "Cannot tell whether the caller's pod holds the claim", "claim", claim.UID, "pod", pod)
+		return s.retry(s.cfg.RetryAfterHolderUnknown, "cannot tell now whether the caller's pod holds the claim: "+err.Error()), false
+	}
 }
 
 // callerCgroup is the cgroup of the connection's peer. It fails — and the caller is

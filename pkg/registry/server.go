@@ -28,6 +28,10 @@ const (
 	DefaultRetryAfterNotStarted = 50 * time.Millisecond
 	DefaultRetryAfterBusy       = 20 * time.Millisecond
 	DefaultWatchInterval        = time.Second
+	// DefaultHolderTimeout bounds one Claim.VerifyHolder call, DefaultRetryAfterHolderUnknown
+	// is the retry_after_ms answered when it could not tell (contract §5).
+	DefaultHolderTimeout           = 2 * time.Second
+	DefaultRetryAfterHolderUnknown = 200 * time.Millisecond
 	// maxBusyAnswers bounds the goroutines that answer BUSY to connections over
 	// MaxOpenConns; past it such connections are closed at once.
 	maxBusyAnswers = 256
@@ -52,6 +56,10 @@ type Config struct {
 	RetryAfterUnsynced   time.Duration
 	RetryAfterNotStarted time.Duration
 	RetryAfterBusy       time.Duration
+	// HolderTimeout bounds a claim's VerifyHolder; RetryAfterHolderUnknown is answered with
+	// RETRY when it fails to tell.
+	HolderTimeout           time.Duration
+	RetryAfterHolderUnknown time.Duration
 	// WatchInterval is how often the server checks that its socket is still in place.
 	WatchInterval time.Duration
 }
@@ -77,6 +85,8 @@ func (c *Config) setDefaults() {
 	defD(&c.RetryAfterNotStarted, DefaultRetryAfterNotStarted)
 	defD(&c.RetryAfterBusy, DefaultRetryAfterBusy)
 	defD(&c.WatchInterval, DefaultWatchInterval)
+	defD(&c.HolderTimeout, DefaultHolderTimeout)
+	defD(&c.RetryAfterHolderUnknown, DefaultRetryAfterHolderUnknown)
 }
 
 // Deps are what the server asks and writes through.

@@ -148,13 +148,14 @@ func (c Cgroup) Move(t testing.TB, pid int) {
 const childEnv = "VGR_REGISTRYTEST_CHILD"
 
 // Spec is what a child does once released: Count registrations of Request with the
-// retrying client, by Workers goroutines (0: all at once). Count 0: it only sleeps (a
-// process to fill a cgroup).
+// retrying client (Once: a single attempt each), by Workers goroutines (0: all at once).
+// Count 0: it only sleeps (a process to fill a cgroup).
 type Spec struct {
 	Socket  string
 	Request registry.Request
 	Count   int
 	Workers int
+	Once    bool
 }
 
 // Report is what a child prints after its registrations.
@@ -162,6 +163,8 @@ type Report struct {
 	PID      int
 	Statuses []string // per registration: the status name, or "error: ..."
 	Messages []string
+	// RetryAfterMs are the answers' retry_after_ms, 0 when absent.
+	RetryAfterMs []int64
 	// Latencies are per registration, including retries, in nanoseconds.
 	Latencies []int64
 	// WallNS is the time from release to the last answer.
@@ -186,7 +189,7 @@ func runChild(specJSON string) int {
 		return 2
 	}
 	rep := Report{PID: os.Getpid(), Statuses: make([]string, spec.Count), Messages: make([]string, spec.Count),
-		Latencies: make([]int64, spec.Count)}
+		RetryAfterMs: make([]int64, spec.Count), Latencies: make([]int64, spec.Count)}
 	workers := spec.Workers
 	if workers <= 0 {
 		workers = spec.Count
@@ -203,14 +206,23 @@ func runChild(specJSON string) int {
 			c := registry.Client{Socket: spec.Socket}
 			for i := range next {
 				t0 := time.Now()
-				res, err := c.Register(context.Background(), spec.Request)
+				var resp registry.Response
+				var err error
+				if spec.Once {
+					resp, err = c.RegisterOnce(context.Background(), spec.Request)
+				} else {
+					var res registry.Result
+					res, err = c.Register(context.Background(), spec.Request)
+					resp = res.Response
+				}
 				rep.Latencies[i] = int64(time.Since(t0))
 				if err != nil {
 					rep.Statuses[i] = "error: " + err.Error()
 					continue
 				}
-				rep.Statuses[i] = res.Response.Status.String()
-				rep.Messages[i] = res.Response.Message
+				rep.Statuses[i] = resp.Status.String()
+				rep.Messages[i] = resp.Message
+				rep.RetryAfterMs[i] = resp.RetryAfter.Milliseconds()
 			}
 		})
 	}

@@ -21,7 +21,9 @@ import (
 type DebugState struct {
 	Resource   string `json:"resource"`
 	Registered bool   `json:"registered"`
-	LastError  string `json:"lastError,omitempty"`
+	// Registrations counts the registrations the kubelet accepted since the plugin started.
+	Registrations int64  `json:"registrations"`
+	LastError     string `json:"lastError,omitempty"`
 	// Streams is the number of ListAndWatch streams open.
 	Streams int64 `json:"streams"`
 	// UnhealthyGPUs maps a GPU's UUID to why it is unhealthy.
@@ -42,7 +44,8 @@ type DebugShare struct {
 // debugState is the state now.
 func (p *Plugin) debugState() DebugState {
 	ok, lastErr := p.endpoint.registered()
-	st := DebugState{Resource: p.cfg.ResourceName, Registered: ok, Streams: p.endpoint.streams.Load(), UnhealthyGPUs: p.devices.unhealthyGPUs()}
+	st := DebugState{Resource: p.cfg.ResourceName, Registered: ok, Registrations: p.endpoint.accepted.Load(),
+		Streams: p.endpoint.streams.Load(), UnhealthyGPUs: p.devices.unhealthyGPUs()}
 	if lastErr != nil {
 		st.LastError = lastErr.Error()
 	}

@@ -28,9 +28,12 @@ type endpointTimings struct {
 	retryMin, retryMax time.Duration
 	// resync is the backstop: how often the sockets are looked at without an event.
 	resync time.Duration
+	// settle is how long events gather before they are acted on.
+	settle time.Duration
 }
 
-var defaultEndpointTimings = endpointTimings{registerTimeout: 15 * time.Second, retryMin: 100 * time.Millisecond, retryMax: 5 * time.Second, resync: 5 * time.Second}
+var defaultEndpointTimings = endpointTimings{registerTimeout: 15 * time.Second, retryMin: 100 * time.Millisecond,
+	retryMax: 5 * time.Second, resync: 5 * time.Second, settle: 50 * time.Millisecond}
 
 // fileID tells one file at a path from a later one at the same path: an inode number can be
 // reused as soon as a file is gone, its change time (in ns) is new.
@@ -57,11 +60,9 @@ func statID(path string) (fileID, error) {
 //
 // One goroutine, with one fsnotify watcher on the device-plugin directory for the life of the
 // process, keeps it so: the plugin's socket removed (a kubelet start removes every socket
-// there) → a new server on a new socket, then register; kubelet.sock created anew (the kubelet
-// restarted) → register again. Whether to register is decided by the identity of kubelet.sock
-// at the last accepted registration, never by an event alone: a kubelet that is registered
-// with twice on one socket refuses the second ("already connected"). A periodic look at both
-// sockets backs the events up, and failed registrations are retried with backoff.
+// there), or kubelet.sock created anew (a kubelet restarted) → a new server on a new socket,
+// then register. A periodic look at both sockets backs the events up, and failed
+// registrations are retried with backoff.
 type endpoint struct {
 	socket        string
 	kubeletSocket string
@@ -78,6 +79,8 @@ type endpoint struct {
 	// streams counts the ListAndWatch streams open now (the kubelet keeps one while it uses
 	// the plugin).
 	streams atomic.Int64
+	// accepted counts the registrations the kubelet accepted.
+	accepted atomic.Int64
 
 	mu             sync.Mutex
 	srv            *grpc.Server
@@ -149,17 +152,22 @@ func (e *endpoint) serveLocked() error {
 	return nil
 }
 
-// loop is the one watcher's loop: every event, retry and resync reconciles.
+// loop is the one watcher's loop. Events settle for a moment first (a starting kubelet removes
+// every socket and listens anew within milliseconds: one reconciliation answers the burst);
+// retries and the resync reconcile too.
 func (e *endpoint) loop(ctx context.Context) {
 	defer close(e.done)
 	dir := filepath.Dir(e.socket)
 	resync := time.NewTicker(e.timings.resync)
 	defer resync.Stop()
-	var retry <-chan time.Time
+	var retry, settle <-chan time.Time
 	backoff := e.timings.retryMin
-	watching := true
+	watching, newKubelet := true, false
 	reconcile := func() {
-		if e.reconcile(ctx) {
+		settle = nil
+		done := e.reconcile(ctx, newKubelet)
+		newKubelet = false // a new server is serving now; what is left is to register it
+		if done {
 			retry, backoff = nil, e.timings.retryMin
 			return
 		}
@@ -176,16 +184,23 @@ func (e *endpoint) loop(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if ev.Name == dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+			e.logger.V(4).Info("Device-plugin directory event", "event", ev.String())
+			switch {
+			case ev.Name == e.kubeletSocket && ev.Has(fsnotify.Create):
+				newKubelet = true
+			case ev.Name == dir && ev.Has(fsnotify.Remove|fsnotify.Rename):
 				watching = false // the directory went; the resync watches the new one
 			}
-			e.logger.V(4).Info("Device-plugin directory event", "event", ev.String())
-			reconcile()
+			if settle == nil {
+				settle = time.After(e.timings.settle)
+			}
 		case err, ok := <-e.watcher.Errors:
 			if !ok {
 				return
 			}
 			e.logger.Error(err, "Watching the device-plugin directory")
+		case <-settle:
+			reconcile()
 		case <-retry:
 			reconcile()
 		case <-resync.C:
@@ -200,12 +215,25 @@ func (e *endpoint) loop(ctx context.Context) {
 }
 
 // reconcile brings the server and the registration in line with the directory and reports
-// whether nothing is left to retry. Only the loop calls it; the lock guards the fields that
-// the checks read, and is not held while the kubelet is asked.
-func (e *endpoint) reconcile(ctx context.Context) bool {
+// whether nothing is left to retry. A new kubelet.sock (newKubelet: its creation was seen)
+// means a new kubelet: the plugin serves on a new socket and registers it. Seen without the
+// event (the resync), a kubelet.sock that is not the file the last registration was accepted
+// on means the same. Neither an inode number nor a change time alone tells two files apart (an
+// inode is reused at once, change times have the clock's coarse tick), which is why the event
+// decides: serving anew is never wrong, only a moment of churn. Registering twice on one
+// server would be — the kubelet refuses a connected endpoint ("already connected").
+//
+// Only the loop calls it; the lock guards the fields the checks read, and is not held while the
+// kubelet is asked.
+func (e *endpoint) reconcile(ctx context.Context, newKubelet bool) bool {
 	e.mu.Lock()
-	if id, err := statID(e.socket); err != nil || id != e.own {
-		e.logger.Info("The plugin socket is gone or replaced: serving on a new one", "socket", e.socket)
+	id, err := statID(e.socket)
+	if gone := err != nil || id != e.own; gone || newKubelet {
+		if gone {
+			e.logger.Info("The plugin socket is gone or replaced: serving on a new one", "socket", e.socket)
+		} else {
+			e.logger.Info("The kubelet's registration socket is new: serving on a new socket for the new kubelet", "socket", e.kubeletSocket)
+		}
 		if err := e.serveLocked(); err != nil {
 			e.lastErr = err
 			e.mu.Unlock()
@@ -237,6 +265,7 @@ func (e *endpoint) reconcile(ctx context.Context) bool {
 		return false
 	}
 	e.registeredWith, e.lastErr = kubelet, nil
+	e.accepted.Add(1)
 	e.logger.Info("Registered with the kubelet", "resource", e.resourceName, "endpoint", filepath.Base(e.socket))
 	if e.onRegistered != nil {
 		e.onRegistered()
@@ -295,8 +324,9 @@ func (e *endpoint) registered() (bool, error) {
 	return e.registeredWith != (fileID{}), e.lastErr
 }
 
-// check is the liveness check "kubelet-registration": registered, the socket still ours, and
-// the kubelet listening (a ListAndWatch stream open). A kubelet that dropped the plugin without
+// check is the liveness check "kubelet-registration": registered with the kubelet that serves
+// kubelet.sock now, the socket still ours, and the kubelet listening (a ListAndWatch stream
+// open). A kubelet that dropped the plugin without
 // restarting leaves no stream: liveness then restarts the plugin, which registers anew.
 func (e *endpoint) check(context.Context) error {
 	ok, lastErr := e.registered()
@@ -307,10 +337,13 @@ func (e *endpoint) check(context.Context) error {
 		return errors.New("not registered with the kubelet yet")
 	}
 	e.mu.Lock()
-	own := e.own
+	own, with := e.own, e.registeredWith
 	e.mu.Unlock()
 	if id, err := statID(e.socket); err != nil || id != own {
 		return fmt.Errorf("the plugin socket %s is gone or replaced", e.socket)
+	}
+	if id, err := statID(e.kubeletSocket); err != nil || id != with {
+		return errors.New("the kubelet restarted since the registration; registering again")
 	}
 	if e.streams.Load() == 0 {
 		return errors.New("registered, but the kubelet has no ListAndWatch stream open")

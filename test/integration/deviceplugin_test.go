@@ -50,12 +50,18 @@ type dpNode struct {
 
 func newDPNode(t testing.TB, mutate ...func(*deviceplugin.Config)) *dpNode {
 	t.Helper()
+	return newDPNodeGPUs(t, 2, mutate...)
+}
+
+// newDPNodeGPUs is newDPNode with that many simulated H200s (1–8).
+func newDPNodeGPUs(t testing.TB, count int, mutate ...func(*deviceplugin.Config)) *dpNode {
+	t.Helper()
 	root, err := os.MkdirTemp("/tmp", "vgd-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	gpus, err := gpu.NewSimulated("dgx-h200", 2)
+	gpus, err := gpu.NewSimulated("dgx-h200", count)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +73,11 @@ func newDPNode(t testing.TB, mutate ...func(*deviceplugin.Config)) *dpNode {
 			Sizing: deviceplugin.Sizing{SharesPerGPU: dpShares, ShareCores: 25}, Policy: deviceplugin.PolicyBinpack,
 			ClaimFSBytes: 1 << 20, GPUInjection: cdi.InjectionNone, HealthCheck: true,
 		},
+	}
+	// A stand-in for libvgpu.so: installed like the real one, so the CDI spec mounts it.
+	n.cfg.LibrarySource = filepath.Join(root, "libvgpu.so")
+	if err := os.WriteFile(n.cfg.LibrarySource, []byte("not really a library"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	for _, m := range mutate {
 		m(&n.cfg)
@@ -174,6 +185,13 @@ func TestDevicePluginSurvivesKubeletRestart(t *testing.T) {
 	n.kubelet.waitFor("registration with the new kubelet.sock", dpWait, func(k *dpKubelet) bool { return k.accepted() == 5 })
 	n.waitAllocatable(2 * dpShares)
 	waitHealthy(t, n.plugin)
+	deadline := time.Now().Add(dpWait)
+	for n.plugin.Debug().Registrations != 5 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // the plugin records a registration once its call returns
+	}
+	if got := n.plugin.Debug().Registrations; got != 5 {
+		t.Errorf("debug state counts %d registrations, want 5", got)
+	}
 	if _, err := n.kubelet.allocate("ns", "after-restart", deviceplugin.ShareID(n.gpuUUID(0), 0)); err != nil {
 		t.Errorf("Allocate after the restarts: %v", err)
 	}

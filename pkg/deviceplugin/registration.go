@@ -108,7 +108,7 @@ func (e *endpoint) start(ctx context.Context) error {
 		_ = w.Close()
 		return fmt.Errorf("watch the device-plugin directory %s: %w", dir, err)
 	}
-	e.watcher, e.done = w, make(chan struct{})
+	e.watcher = w
 	e.mu.Lock()
 	err = e.serveLocked()
 	e.mu.Unlock()
@@ -116,6 +116,7 @@ func (e *endpoint) start(ctx context.Context) error {
 		_ = w.Close()
 		return err
 	}
+	e.done = make(chan struct{}) // wait waits only for a loop that runs
 	go e.loop(ctx)
 	return nil
 }

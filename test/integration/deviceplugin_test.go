@@ -403,3 +403,45 @@ func TestDevicePluginDebugEndpoint(t *testing.T) {
 		t.Errorf("debug socket mode: %v, %v", st, err)
 	}
 }
+
+// TestDevicePluginFailedStartReleasesEverything: a start-up that fails — early (GPUs too small
+// for the shares asked), at the socket (its path taken by a directory), or late (the health port
+// cannot be bound, after the plugin served and registered) — returns the error without hanging,
+// leaves no socket of its own behind and releases the instance lock.
+func TestDevicePluginFailedStartReleasesEverything(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*deviceplugin.Config)
+		prepare func(n *dpNode)
+	}{
+		{"shares do not fit", func(c *deviceplugin.Config) { c.Sizing.ShareMemory = 100 << 30 }, nil},
+		{"socket path taken", func(*deviceplugin.Config) {}, func(n *dpNode) {
+			if err := os.MkdirAll(filepath.Join(n.cfg.Socket(), "x"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"health port refused", func(c *deviceplugin.Config) { c.HealthAddress = "256.0.0.1:1" }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newDPNode(t, tc.mutate)
+			n.startKubelet()
+			if tc.prepare != nil {
+				tc.prepare(n)
+			}
+			if p, err := deviceplugin.Start(context.Background(), n.cfg, deviceplugin.Deps{KubeClient: n.kube, GPUs: n.gpus}); err == nil {
+				p.Stop()
+				t.Fatal("started")
+			}
+			if st, err := os.Stat(n.cfg.Socket()); err == nil && st.Mode()&os.ModeSocket != 0 {
+				t.Error("plugin socket left after the failed start")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			lock, err := instancelock.Acquire(ctx, n.cfg.InstanceLockPath())
+			if err != nil {
+				t.Fatalf("the instance lock is still held: %v", err)
+			}
+			_ = lock.Release()
+		})
+	}
+}

@@ -118,6 +118,8 @@ bench-webhook: cluster-bins
 	E2E_GO_TEST_ARGS='-v -run ^$$ -bench ^BenchmarkWebhookAdmission$$ -benchtime 2000x' hack/e2e.sh
 
 ## demo: cluster up with simulated H200s, the chart installed, two pods sharing one GPU, a
-## summary of what each got. Leaves the cluster up (make cluster-down removes it).
+## summary of what each got. MODE=device-plugin shows the device-plugin mode instead (shares
+## of vgpu.dra.dev/vgpu). Leaves the cluster up (make cluster-down removes it).
+MODE ?= dra
 demo: cluster-bins
-	hack/demo.sh
+	MODE=$(MODE) hack/demo.sh

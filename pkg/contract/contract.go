@@ -18,6 +18,9 @@ const (
 	InstanceLockFile = "instance.lock"
 	// DefaultGPUCDIKind is the CDI kind of the NVIDIA Container Toolkit's per-GPU devices.
 	DefaultGPUCDIKind = "nvidia.com/gpu"
+	// DefaultLibrarySource is where the plugin image carries libvgpu.so (contract §10), from
+	// which both plugins install it into <state>/lib.
+	DefaultLibrarySource = "/usr/local/lib/vgpu-dra/libvgpu.so"
 )
 
 // Paths inside a vGPU container (contract §3–§4).

@@ -41,10 +41,17 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 	logger := klog.FromContext(ctx)
 	libraryInstalled := false
 	if cfg.VGPU {
-		var err error
-		if libraryInstalled, err = installLibrary(logger, cfg.LibrarySource, layout); err != nil {
+		lib, err := layout.InstallLibrary(cfg.LibrarySource)
+		if err != nil {
 			return nil, err
 		}
+		switch {
+		case lib.SourceMissing:
+			logger.Info("No libvgpu.so to install", "source", cfg.LibrarySource)
+		case lib.Bytes > 0:
+			logger.Info("Installed libvgpu.so", "source", cfg.LibrarySource, "path", layout.LibraryPath(), "bytes", lib.Bytes)
+		}
+		libraryInstalled = lib.Installed
 		if !libraryInstalled {
 			logger.Info("libvgpu.so is not installed in the state dir: containers get limits in their env but nothing enforces them",
 				"library", layout.LibraryPath(), "preload", layout.PreloadPath())

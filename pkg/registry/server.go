@@ -38,6 +38,10 @@ const (
 	DefaultWatchInterval         = time.Second
 	DefaultRefreshTimeout        = 500 * time.Millisecond
 	DefaultRefreshInterval       = time.Second
+	// DefaultHolderTimeout bounds one Claim.VerifyHolder call, DefaultRetryAfterHolderUnknown
+	// is the retry_after_ms answered when it could not tell (contract §5).
+	DefaultHolderTimeout           = 2 * time.Second
+	DefaultRetryAfterHolderUnknown = 200 * time.Millisecond
 	// maxBusyAnswers bounds the goroutines that answer BUSY to connections over
 	// MaxOpenConns; past it the accept loop answers them itself.
 	maxBusyAnswers = 256
@@ -73,6 +77,10 @@ type Config struct {
 	RetryAfterBusy       time.Duration
 	RetryAfterLocked     time.Duration
 	RetryAfterStopping   time.Duration
+	// HolderTimeout bounds a claim's VerifyHolder; RetryAfterHolderUnknown is answered with
+	// RETRY when it fails to tell.
+	HolderTimeout           time.Duration
+	RetryAfterHolderUnknown time.Duration
 	// WatchInterval is how often the server checks that its socket is still in place.
 	WatchInterval time.Duration
 	// RefreshTimeout bounds the API read of a claim on a per-claim reservedFor miss (as the
@@ -109,6 +117,8 @@ func (c *Config) setDefaults() {
 	defD(&c.WatchInterval, DefaultWatchInterval)
 	defD(&c.RefreshTimeout, DefaultRefreshTimeout)
 	defD(&c.RefreshInterval, DefaultRefreshInterval)
+	defD(&c.HolderTimeout, DefaultHolderTimeout)
+	defD(&c.RetryAfterHolderUnknown, DefaultRetryAfterHolderUnknown)
 }
 
 // Deps are what the server asks and writes through.

@@ -20,6 +20,49 @@ app.kubernetes.io/component: kubelet-plugin
 {{ include "vgpu-dra.fullname" . }}-kubelet-plugin
 {{- end -}}
 
+{{- define "vgpu-dra.devicePluginSelectorLabels" -}}
+app.kubernetes.io/name: vgpu-dra
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: device-plugin
+{{- end -}}
+
+{{- define "vgpu-dra.devicePluginServiceAccount" -}}
+{{ include "vgpu-dra.fullname" . }}-device-plugin
+{{- end -}}
+
+{{/* runsDRA / runsDevicePlugin: "true" when the mode installs that plugin on some nodes. */}}
+{{- define "vgpu-dra.runsDRA" -}}
+{{- if has .Values.mode (list "dra" "per-node") }}true{{ end -}}
+{{- end -}}
+{{- define "vgpu-dra.runsDevicePlugin" -}}
+{{- if has .Values.mode (list "device-plugin" "per-node") }}true{{ end -}}
+{{- end -}}
+
+{{/*
+vgpu-dra.affinity: the user's affinity, and in mode per-node the node label that picks the
+plugin ANDed into every required node selector term. Call with (dict "root" $ "operator" "In"|"NotIn").
+*/}}
+{{- define "vgpu-dra.affinity" -}}
+{{- $root := .root -}}
+{{- $aff := deepCopy ($root.Values.affinity | default dict) -}}
+{{- if eq $root.Values.mode "per-node" -}}
+{{- $expr := dict "key" $root.Values.modeLabel "operator" .operator "values" (list "device-plugin") -}}
+{{- $na := get $aff "nodeAffinity" | default dict -}}
+{{- $req := get $na "requiredDuringSchedulingIgnoredDuringExecution" | default dict -}}
+{{- $terms := get $req "nodeSelectorTerms" | default (list (dict)) -}}
+{{- $merged := list -}}
+{{- range $terms -}}
+{{- $t := deepCopy . -}}
+{{- $_ := set $t "matchExpressions" (append (get $t "matchExpressions" | default list) $expr) -}}
+{{- $merged = append $merged $t -}}
+{{- end -}}
+{{- $_ := set $req "nodeSelectorTerms" $merged -}}
+{{- $_ := set $na "requiredDuringSchedulingIgnoredDuringExecution" $req -}}
+{{- $_ := set $aff "nodeAffinity" $na -}}
+{{- end -}}
+{{- if $aff }}{{ toYaml $aff }}{{ end -}}
+{{- end -}}
+
 {{- define "vgpu-dra.featureGates" -}}
 {{- $gates := list -}}
 {{- range $k, $v := .Values.featureGates -}}

@@ -87,11 +87,26 @@ cat /tmp/probe-$c-$k.log`, cycle, k)
 		return err == nil && loopsWithRunAfter(runs, 0) == probeLoops, err
 	})
 
-	pods, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("plugin pods: %v %v", pods, err)
-	}
-	old := pods.Items[0].Name
+	// The webhook's pods share the namespace, and a pod of an earlier install may still be
+	// terminating: the one to delete is the single live kubelet-plugin pod.
+	var old string
+	eventually(t, defaultTimeout, "exactly one live kubelet-plugin pod", func() (bool, error) {
+		pods, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{LabelSelector: pluginSelector})
+		if err != nil {
+			return false, err
+		}
+		var live []string
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				live = append(live, p.Name)
+			}
+		}
+		if len(live) == 1 && len(pods.Items) == 1 {
+			old = live[0]
+			return true, nil
+		}
+		return false, fmt.Errorf("kubelet-plugin pods %d, live %v", len(pods.Items), live)
+	})
 	oldIno := inode(hostRegistrySocket)
 	deleted := uptime(t)
 	// A normal deletion: SIGTERM, then the grace period.

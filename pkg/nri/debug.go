@@ -26,7 +26,7 @@ type DebugState struct {
 func (s *Supervisor) DebugState() DebugState {
 	return DebugState{
 		NRI: s.Status(), CacheSynced: s.plugin.cache.Synced(),
-		Cache: s.plugin.cache.List(), Claims: s.plugin.claims.List(),
+		Cache: s.plugin.cache.List(), Claims: s.plugin.claimSource().List(),
 	}
 }
 

@@ -109,6 +109,32 @@ func NewSupervisor(cfg SupervisorConfig, plugin *Plugin, m *metrics.NRIMetrics, 
 	return s
 }
 
+// UsePluginIndex sets the NRI plugin index (two digits) before Run: a successor registers one
+// index after the owner, so that the runtime calls the owner first (contract §14).
+func (s *Supervisor) UsePluginIndex(idx string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg.PluginIndex = idx
+	s.status.Plugin = idx + "-" + s.cfg.PluginName
+}
+
+// PluginIndex is the NRI plugin index in use.
+func (s *Supervisor) PluginIndex() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.PluginIndex
+}
+
+// Synced reports whether the current session is good (registered and synchronized).
+func (s *Supervisor) Synced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status.Connected && s.status.Synced
+}
+
+// FirstAttemptDone is closed once the first connection attempt has an outcome.
+func (s *Supervisor) FirstAttemptDone() <-chan struct{} { return s.firstDone }
+
 // Run connects and reconnects until ctx ends or Drain stops it. Give it a context that a
 // shutdown does not cancel before Drain has run: cancelling it closes the connection at once,
 // under any request in flight.
@@ -154,7 +180,7 @@ func (s *Supervisor) session(ctx context.Context) (established bool, err error) 
 	var closeOnce sync.Once
 	d := &dialer{}
 	st, err := stub.New(s.plugin,
-		stub.WithPluginName(s.cfg.PluginName), stub.WithPluginIdx(s.cfg.PluginIndex),
+		stub.WithPluginName(s.cfg.PluginName), stub.WithPluginIdx(s.PluginIndex()),
 		stub.WithSocketPath(s.cfg.Socket), stub.WithDialer(d.dial),
 		stub.WithOnClose(func() { closeOnce.Do(func() { close(closed) }) }),
 		stub.WithLogger(nriLogger{s.logger}),

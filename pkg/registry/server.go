@@ -209,6 +209,13 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	return s, nil
 }
 
+// OpenConnections is the number of connections the server has accepted and not yet closed.
+func (s *Server) OpenConnections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
 // Socket is the path the server serves.
 func (s *Server) Socket() string { return s.cfg.Socket }
 
@@ -231,6 +238,25 @@ func (s *Server) Stop() {
 		s.logger.Info("Registry stopped before every connection was answered; closed the rest", "connections", s.closeAll())
 	}
 	s.identities.close()
+}
+
+// Yield gives the socket path up to a successor that has moved its own socket there (a
+// handover, contract §14): no new connection reaches this server from now on, and what the
+// kernel had queued on its socket is accepted and answered as usual, so no registration in
+// flight is dropped. The path is never touched again, also not by Stop. Safe to call twice.
+func (s *Server) Yield() {
+	s.mu.Lock()
+	if s.stopped || s.takenOver {
+		s.mu.Unlock()
+		return
+	}
+	s.takenOver = true
+	l := s.current
+	s.mu.Unlock()
+	s.logger.Info("Registry socket handed over to the next plugin instance; answering what was queued", "socket", s.cfg.Socket)
+	if l != nil {
+		s.retire(l)
+	}
 }
 
 // shutdown runs once, when the server's context ends or Stop is called.

@@ -83,6 +83,10 @@ type Deps struct {
 	// Claims reads claims and writes their device status, in the background (status.go,
 	// reconcile.go). Nil: no device status is written and nothing is reconciled.
 	Claims ClaimAPI
+	// DRAMetrics are the driver's metrics on Metrics.Registry; made there when nil. A process
+	// that builds a driver again (it took the node back after a handover) passes the first's:
+	// a registry takes each metric once.
+	DRAMetrics *metrics.DRAMetrics
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -126,8 +130,11 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	d := &Driver{
 		cfg: cfg, deps: deps, devices: deps.Devices,
 		byName: map[string]gpu.Device{}, health: newDeviceHealth(), locks: newClaimLocks(),
-		publishKick: make(chan struct{}, 1), dra: metrics.NewDRAMetrics(deps.Metrics.Registry),
+		publishKick: make(chan struct{}, 1), dra: deps.DRAMetrics,
 		prepares: map[string]uint64{}, now: deps.Now,
+	}
+	if d.dra == nil {
+		d.dra = metrics.NewDRAMetrics(deps.Metrics.Registry)
 	}
 	if d.now == nil {
 		d.now = time.Now

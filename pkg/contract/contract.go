@@ -16,6 +16,12 @@ const (
 	CheckpointFile = "checkpoint.json"
 	// InstanceLockFile is the instance lock's name inside the kubelet plugin data directory.
 	InstanceLockFile = "instance.lock"
+	// HandoverSocketName is the owner's handover socket in the kubelet plugin data directory
+	// (contract §14).
+	HandoverSocketName = "handover.sock"
+	// NRIDecisionsDir holds the owner's per-container NRI decision marks while a successor is
+	// registered with NRI, in the kubelet plugin data directory (contract §14).
+	NRIDecisionsDir = "nri-decided"
 	// DefaultGPUCDIKind is the CDI kind of the NVIDIA Container Toolkit's per-GPU devices.
 	DefaultGPUCDIKind = "nvidia.com/gpu"
 	// DefaultLibrarySource is where the plugin image carries libvgpu.so (contract §10), from

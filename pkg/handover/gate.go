@@ -47,6 +47,8 @@ type Gate struct {
 	changed chan struct{}
 	// onHeld is told how long each held call waited (nil: not told).
 	onHeld func(waited time.Duration)
+	// heldTotal counts the calls that had to wait, ever.
+	heldTotal int64
 }
 
 // NewGate returns a gate that passes every call (an instance starts as an observer) and reports
@@ -79,10 +81,11 @@ func (g *Gate) Enter(ctx context.Context) (d Decision, done func(), err error) {
 			return Pass, func() {}, nil
 		}
 		changed := g.changed
-		g.mu.Unlock()
 		if heldSince.IsZero() {
 			heldSince = time.Now()
+			g.heldTotal++
 		}
+		g.mu.Unlock()
 		select {
 		case <-changed:
 		case <-ctx.Done():
@@ -144,6 +147,20 @@ func (g *Gate) set(s gateState) {
 		g.state = s
 		g.changedLocked()
 	}
+}
+
+// HeldTotal is the number of calls that have had to wait so far.
+func (g *Gate) HeldTotal() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.heldTotal
+}
+
+// Observing reports whether calls pass to another owner (neither served here nor held).
+func (g *Gate) Observing() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state == observing
 }
 
 // Owning reports whether calls are served here now (not held, not passed).

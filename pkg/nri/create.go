@@ -43,6 +43,10 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, nil
 	}
 	if !p.inflight.enter() {
+		// An instance that does not own the node has nothing to answer: the owner decides.
+		if ownership, _ := p.owner(); !ownership.Owns() {
+			return nil, nil, nil
+		}
 		// Shutting down: the connection closes once the requests in flight are answered, and a
 		// request that comes now would be in flight then. Failing it is safe (the kubelet
 		// retries the container; the next plugin instance answers); creating it without us is

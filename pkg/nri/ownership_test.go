@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
@@ -69,9 +70,7 @@ func (d *memDecisions) Forget(id string) {
 
 // adjusted is the container as the runtime records it after a creation with adj applied.
 func adjusted(ctr *api.Container, adj *api.ContainerAdjustment) *api.Container {
-	c := *ctr
-	c.Env = slices.Clone(ctr.Env)
-	c.Mounts = slices.Clone(ctr.Mounts)
+	c := proto.Clone(ctr).(*api.Container)
 	for _, m := range adj.GetMounts() {
 		c.Mounts = append(c.Mounts, m)
 	}
@@ -79,7 +78,7 @@ func adjusted(ctr *api.Container, adj *api.ContainerAdjustment) *api.Container {
 		c.Env = append(c.Env, kv.Key+"="+kv.Value)
 	}
 	c.State = api.ContainerState_CONTAINER_CREATED
-	return &c
+	return c
 }
 
 // TestObserverDecidesNothingAndOwnRebuildsFromTheRuntime: an instance that does not own the node

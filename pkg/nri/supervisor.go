@@ -42,6 +42,12 @@ type SupervisorConfig struct {
 	StartTimeout time.Duration
 	// FirstAttemptWait bounds how long ClaimPath waits for the outcome of the first attempt.
 	FirstAttemptWait time.Duration
+	// NoFailRequest registers without NRI's FailRequest failure policy. An instance that may
+	// hand the node over sets it (contract §14): a runtime that honours the policy (NRI ≥
+	// 0.12.4) fails any request that a FailRequest plugin's closing connection is under, and
+	// the outgoing instance must be able to close its connection without failing a container
+	// that the new owner adjusts.
+	NoFailRequest bool
 }
 
 // Supervisor keeps the plugin connected to the runtime: a fresh stub for every attempt (a
@@ -186,7 +192,7 @@ func (s *Supervisor) session(ctx context.Context) (established bool, err error) 
 		stub.WithLogger(nriLogger{s.logger}),
 		// Fail the request rather than proceed without us (runtimes with NRI ≥ 0.12.4; older
 		// ones ignore the field — see the package documentation).
-		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: true}),
+		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: !s.cfg.NoFailRequest}),
 	)
 	if err != nil {
 		return false, fmt.Errorf("create NRI stub: %w", err)

@@ -25,6 +25,7 @@ type driverParts struct {
 	devices    []gpu.Device
 	store      *checkpoint.Store
 	metrics    *metrics.Metrics
+	dra        *metrics.DRAMetrics
 	paths      driver.PathSelector
 	simulated  bool
 	bootID     string
@@ -78,7 +79,7 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 	}, driver.Deps{
 		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
 		Paths: parts.paths, PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
-		Quarantine: parts.quarantine, OnFatal: parts.onFatal, Claims: parts.claims,
+		Quarantine: parts.quarantine, OnFatal: parts.onFatal, Claims: parts.claims, DRAMetrics: parts.dra,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build the driver: %w", err)

@@ -304,8 +304,9 @@ func TestNRITimeoutRollsBack(t *testing.T) {
 	n.waitSession(2) // dropped by the runtime, reconnected
 }
 
-// TestNRISecondPluginProcessWaits: a second plugin process on the node waits on the instance
-// lock and never registers with NRI while the first lives; it takes over when the first ends.
+// TestNRISecondPluginProcessWaits: a second plugin process on the node that cannot hand over
+// (no pod UID, as before contract §14) starts, but owns nothing and never registers with NRI
+// while the first lives; it takes over when the first ends.
 func TestNRISecondPluginProcessWaits(t *testing.T) {
 	n := newNode(t)
 	n.start()
@@ -315,14 +316,22 @@ func TestNRISecondPluginProcessWaits(t *testing.T) {
 	cfg.HealthAddress, cfg.MetricsAddress, cfg.DebugSocket = "", "", "-"
 	b, _ := json.Marshal(cfg)
 	second := startChild(t, "plugin", "VGPU_PLUGIN_CONFIG="+string(b))
+	if s := second.line(30 * time.Second); s != "started" {
+		t.Fatalf("second plugin process: %q, want started", s)
+	}
 	lines := make(chan string, 1)
 	go func() {
-		s, _ := second.out.ReadString('\n')
-		lines <- strings.TrimSpace(s)
+		for {
+			s, err := second.out.ReadString('\n')
+			if s = strings.TrimSpace(s); !strings.HasPrefix(s, "step ") || err != nil {
+				lines <- s
+				return
+			}
+		}
 	}()
 	select {
 	case s := <-lines:
-		t.Fatalf("second plugin process started while the first lives: %q", s)
+		t.Fatalf("second plugin process said %q while the first lives", s)
 	case <-time.After(3 * time.Second):
 	}
 	if got := n.nri.registrations(); got != regs {
@@ -331,8 +340,8 @@ func TestNRISecondPluginProcessWaits(t *testing.T) {
 	n.stop()
 	select {
 	case s := <-lines:
-		if s != "started" {
-			t.Fatalf("second plugin process: %q", s)
+		if s != "owner" {
+			t.Fatalf("second plugin process: %q, want owner", s)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("second plugin process did not take over")

@@ -25,7 +25,7 @@ main() {
   "${CLUSTER_BIN}/helm" lint --strict "${REPO_ROOT}/deployments/helm/vgpu-dra"
   trap teardown EXIT
   make -C "${REPO_ROOT}" --no-print-directory cluster-up
-  "${HACK_DIR}/images.sh" plugin test-workload
+  "${HACK_DIR}/images.sh" plugin plugin-next test-workload
   log "running test/e2e"
   local args=(-v)
   [[ -n "${E2E_GO_TEST_ARGS:-}" ]] && read -r -a args <<<"${E2E_GO_TEST_ARGS}"

@@ -430,10 +430,14 @@ func (p *Plugin) greet() (*handover.Client, handover.Welcome, error) {
 		return nil, handover.Welcome{}, err
 	}
 	if p.nri != nil && !p.nri.started() {
-		next, err := nextIndex(w.NRIIndex)
-		if err != nil {
-			c.Close()
-			return nil, handover.Welcome{}, err
+		// An owner without NRI (NRISupport off) has no index: the runtime calls no other
+		// plugin of ours, so this instance takes its configured one.
+		next := p.cfg.NRIPluginIndex
+		if w.NRIIndex != "" {
+			if next, err = nextIndex(w.NRIIndex); err != nil {
+				c.Close()
+				return nil, handover.Welcome{}, err
+			}
 		}
 		p.nri.start(p.ctx, next, p.health)
 	}

@@ -364,3 +364,24 @@ func TestRetiredInstanceDoesNotTakeTheNodeBack(t *testing.T) {
 	succ.Stop()
 	eventually(t, 30*time.Second, "the old pod's instance to take the node when the owner goes", again.Owner)
 }
+
+// TestHandoverBetweenNRISettings: an upgrade that turns NRISupport on (or off) hands over too:
+// an owner without NRI has no NRI index, and the successor registers with its configured one;
+// afterwards the new owner adjusts containers.
+func TestHandoverBetweenNRISettings(t *testing.T) {
+	n := newNode(t)
+	old := n.startInstance(podOld, func(c *plugin.Config, _ *plugin.Deps) { c.NRI = false })
+	succ := n.startInstance(podNew)
+	eventually(t, time.Minute, "the instance with NRI to own the node", func() bool { return succ.Owner() && !old.Owner() })
+	if got := succ.Ownership().NRIIndex; got != "00" {
+		t.Errorf("NRI index after an owner without NRI = %q, want the configured 00", got)
+	}
+	old.Stop()
+	k := startRollingKubelet(t, n)
+	eventually(t, 30*time.Second, "the kubelet to register the owner", func() bool { return k.registered() == 1 })
+	ch := startChurn(t, n, k, 1)
+	ch.waitMore(3)
+	for _, f := range ch.finish() {
+		t.Errorf("churn after the handover: %s", f)
+	}
+}

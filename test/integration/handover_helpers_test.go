@@ -71,7 +71,7 @@ func readiness(t *testing.T, p *plugin.Plugin) healthpb.HealthCheckResponse_Serv
 
 // instanceMetric sums a metric's values (counters, gauges, histogram sample counts) of one
 // instance, over the label pairs given.
-func instanceMetric(t *testing.T, p *plugin.Plugin, name string, labels ...string) float64 {
+func instanceMetric(t testing.TB, p *plugin.Plugin, name string, labels ...string) float64 {
 	t.Helper()
 	families, err := p.Metrics().Registry.Gather()
 	if err != nil {

@@ -153,9 +153,19 @@ type kubelet struct {
 // NotifyRegistrationStatus, then dial the endpoint GetInfo named.
 func (n *node) register() *kubelet {
 	n.t.Helper()
+	return n.registerSocket(filepath.Join(n.cfg.KubeletDir, "plugins_registry", driverName+"-reg.sock"))
+}
+
+// registerPod registers the instance of pod podUID (its rolling-update registration socket).
+func (n *node) registerPod(podUID string) *kubelet {
+	n.t.Helper()
+	return n.registerSocket(n.registrationSocket(podUID))
+}
+
+func (n *node) registerSocket(regSock string) *kubelet {
+	n.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	regSock := filepath.Join(n.cfg.KubeletDir, "plugins_registry", driverName+"-reg.sock")
 	reg := dial(n.t, regSock)
 	defer reg.Close()
 	rc := registerapi.NewRegistrationClient(reg)

@@ -72,7 +72,7 @@ func (n *node) vgpuContainer(id, name string, resp *drapb.NodePrepareResourceRes
 			}
 			devices = append(devices, id)
 			_, dev, _ := strings.Cut(id, "=")
-			for k, v := range spec.env(n.t.(*testing.T), dev) {
+			for k, v := range spec.env(n.t, dev) {
 				env[k] = v
 			}
 		}

@@ -119,6 +119,7 @@ func (o handoverOwner) Release() error {
 	// Everything only the owner may run ends here; the registry keeps answering until the new
 	// owner's socket is in place (Took), and the gates keep holding calls until then.
 	t.handover.Close()
+	t.stopSockets()
 	t.cancel()
 	t.publisher.Stop()
 	p.delegate.set(nil, nil)

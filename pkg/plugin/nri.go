@@ -72,10 +72,11 @@ func (n *nriSide) started() bool {
 	return n.running
 }
 
-// serveDebug serves the debug endpoint until ctx ends (socket "" disables it): the owner's.
-func (n *nriSide) serveDebug(ctx context.Context, socket string) error {
+// serveDebug serves the debug endpoint until ctx ends or stop is called (socket "" disables
+// it): the owner's.
+func (n *nriSide) serveDebug(ctx context.Context, socket string) (stop func(), err error) {
 	if socket == "" {
-		return nil
+		return func() {}, nil
 	}
 	return nri.ServeDebug(ctx, socket, n.supervisor.DebugState)
 }

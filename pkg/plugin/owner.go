@@ -34,6 +34,9 @@ type ownerTerm struct {
 	reconcileDone   chan struct{}
 	reconcileHalted bool
 	interval        time.Duration
+	// sockets stop the debug and simulated-GPU endpoints at once (their paths are free when
+	// they return): at a handover they must be gone before the lock is released.
+	sockets []func()
 	// fencedAt is when the fence closed the gates (the start of the handover's pause);
 	// heldBefore the gates' held-call count then.
 	fencedAt   time.Time
@@ -80,9 +83,11 @@ func (p *Plugin) becomeOwner(lock *instancelock.Lock, nriIndex, event string) (f
 		// instance while it observed (empty for an instance that just started).
 		p.nri.plugin.Own(t.claims)
 		p.nri.start(p.ctx, nriIndex, p.health)
-		if err := p.nri.serveDebug(ctx, cfg.DebugSocketPath()); err != nil {
+		stop, err := p.nri.serveDebug(ctx, cfg.DebugSocketPath())
+		if err != nil {
 			return err
 		}
+		t.sockets = append(t.sockets, stop)
 	}
 	// The registry outlives the term's context: at a handover it answers until the new owner's
 	// socket is in place, then yields (handoverOwner.Took).
@@ -100,9 +105,11 @@ func (p *Plugin) becomeOwner(lock *instancelock.Lock, nriIndex, event string) (f
 	// Status writes outlive the term: the claims this instance prepared get their status even
 	// when it hands the node over a millisecond later.
 	t.driver.StartStatusWriter(p.ctx)
-	if err := serveSimulatedControl(ctx, cfg.SimulatedControlSocketPath(), p.gpus); err != nil {
+	stopControl, err := serveSimulatedControl(ctx, cfg.SimulatedControlSocketPath(), p.gpus)
+	if err != nil {
 		return err
 	}
+	t.sockets = append(t.sockets, stopControl)
 	// In the background: at start-up the API server may not answer yet, and nothing waits for
 	// the pass (contract §7, "Reconciliation with the API server").
 	t.startReconcile()
@@ -173,6 +180,7 @@ func (t *ownerTerm) stopReconcile(ctx context.Context) error {
 // stop ends the term for good (Stop, or a failed becomeOwner): every part it started, the
 // registry with its socket, and the lock last.
 func (t *ownerTerm) stop() {
+	t.stopSockets()
 	t.cancel()
 	if t.reconcileDone != nil {
 		<-t.reconcileDone
@@ -187,6 +195,13 @@ func (t *ownerTerm) stop() {
 		t.registry.Stop()
 	}
 	_ = t.lock.Release()
+}
+
+// stopSockets closes the debug and simulated-GPU endpoints and removes their sockets.
+func (t *ownerTerm) stopSockets() {
+	for _, stop := range t.sockets {
+		stop()
+	}
 }
 
 // stopRetired ends what a term that was handed over still runs: its registry, which answered

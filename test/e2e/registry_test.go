@@ -130,7 +130,7 @@ cat /tmp/probe-$c-$k.log`, cycle, k)
 	}
 	var ready float64
 	eventually(t, defaultTimeout, "the new plugin pod Ready", func() (bool, error) {
-		list, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{})
+		list, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{LabelSelector: pluginSelector})
 		if err != nil || len(list.Items) != 1 || list.Items[0].Name == old || !podReady(&list.Items[0]) {
 			return false, err
 		}

@@ -163,7 +163,7 @@ func openGPUs(cfg Config, given gpu.Source) (gpu.Source, bool, error) {
 	if given != nil {
 		return given, false, nil
 	}
-	src, err := gpu.ParseSource(cfg.DeviceSource)
+	src, err := gpu.ParseSource(cfg.DeviceSource, cfg.NodeName)
 	if err != nil {
 		return nil, false, fmt.Errorf("open GPU source %q: %w", cfg.DeviceSource, err)
 	}

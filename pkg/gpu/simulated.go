@@ -53,6 +53,7 @@ type Simulated struct {
 	server  *server.Server
 	visible []*server.Device // the first count GPUs, by index
 	events  *simEventHub
+	usage   *simUsage
 }
 
 var _ Source = (*Simulated)(nil)
@@ -78,7 +79,7 @@ func NewSimulated(profile string, count int, node string) (*Simulated, error) {
 	if count == 0 {
 		count = total
 	}
-	s := &Simulated{node: node, profile: profile, server: srv, events: newSimEventHub()}
+	s := &Simulated{node: node, profile: profile, server: srv, events: newSimEventHub(), usage: newSimUsage()}
 	numaByBusID := map[string]int{}
 	for i, d := range srv.Devices {
 		dev := d.(*server.Device)
@@ -115,6 +116,15 @@ func (s *Simulated) installMocks() {
 		}
 		return s.visible[i], nvml.SUCCESS
 	}
+	// A GPU beyond count is not this node's: the mock would find it by UUID.
+	s.server.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
+		for _, d := range s.visible {
+			if d.UUID == uuid {
+				return d, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
 	s.server.EventSetCreateFunc = s.events.create
 	for _, dev := range s.visible {
 		pci := simulatedPCIInfo(dev)
@@ -123,6 +133,7 @@ func (s *Simulated) installMocks() {
 		dev.RegisterEventsFunc = func(types uint64, set nvml.EventSet) nvml.Return {
 			return s.events.register(dev, types, set)
 		}
+		s.usage.installUsageMocks(dev)
 	}
 }
 

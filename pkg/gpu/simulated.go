@@ -3,8 +3,8 @@ package gpu
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"

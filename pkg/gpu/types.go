@@ -55,8 +55,8 @@ type Source interface {
 	// ProcessUtilization returns, per process, the newest utilisation sample of the GPU with
 	// this UUID taken after since (NVML microseconds; 0 for all). See ProcessSample.
 	ProcessUtilization(uuid string, since uint64) ([]ProcessSample, error)
-	// ProcessMemory lists the GPU's compute processes with the memory each holds, leaving out
-	// those NVML cannot tell.
+	// ProcessMemory lists the GPU's compute processes with the memory each holds, where NVML
+	// can tell.
 	ProcessMemory(uuid string) ([]ProcessMemory, error)
 	// Close releases NVML. Call it after every WatchHealth has returned.
 	Close() error

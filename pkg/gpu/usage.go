@@ -23,8 +23,12 @@ type ProcessSample struct {
 
 // ProcessMemory is the device memory one compute process holds on one GPU, as NVML reports it.
 type ProcessMemory struct {
-	PID       int
+	PID int
+	// UsedBytes is what the process holds; meaningful only when Known.
 	UsedBytes uint64
+	// Known is false where NVML cannot tell (NVML_VALUE_NOT_AVAILABLE): a process NVML does
+	// not let this caller see into, a simulated GPU.
+	Known bool
 }
 
 // ErrUnknownGPU is wrapped by the usage readers' errors for a UUID this source does not have.
@@ -68,7 +72,6 @@ func (s *nvmlSource) ProcessUtilization(uuid string, since uint64) ([]ProcessSam
 const notAvailable = math.MaxUint64
 
 // ProcessMemory lists the compute processes on the GPU with the device memory each holds.
-// Processes whose usage NVML cannot tell are left out.
 func (s *nvmlSource) ProcessMemory(uuid string) ([]ProcessMemory, error) {
 	dev, err := s.deviceByUUID(uuid)
 	if err != nil {
@@ -81,9 +84,10 @@ func (s *nvmlSource) ProcessMemory(uuid string) ([]ProcessMemory, error) {
 	out := make([]ProcessMemory, 0, len(procs))
 	for _, p := range procs {
 		if p.UsedGpuMemory == notAvailable {
+			out = append(out, ProcessMemory{PID: int(p.Pid)})
 			continue
 		}
-		out = append(out, ProcessMemory{PID: int(p.Pid), UsedBytes: p.UsedGpuMemory})
+		out = append(out, ProcessMemory{PID: int(p.Pid), UsedBytes: p.UsedGpuMemory, Known: true})
 	}
 	return out, nil
 }

@@ -51,8 +51,9 @@ func TestSimulatedProcessUtilization(t *testing.T) {
 		})
 	}
 	// Simulated processes hold no memory NVML could report: the ledger is the only figure.
-	if mem, err := sim.ProcessMemory(gpu0); err != nil || len(mem) != 0 {
-		t.Errorf("ProcessMemory of a simulated GPU = %+v, %v; want none", mem, err)
+	want := []ProcessMemory{{PID: 100}, {PID: 114}, {PID: 4243}}
+	if mem, err := sim.ProcessMemory(gpu0); err != nil || !reflect.DeepEqual(mem, want) {
+		t.Errorf("ProcessMemory of a simulated GPU = %+v, %v; want %+v, none known", mem, err, want)
 	}
 	sim.SetProcesses(nil)
 	if got, err := sim.ProcessUtilization(gpu0, 0); err != nil || len(got) != 0 {
@@ -104,7 +105,7 @@ func TestNVMLProcessReaders(t *testing.T) {
 			},
 			procsRet: nvml.SUCCESS,
 			want:     []ProcessSample{{PID: 7, SMUtil: 20, TimeStamp: 30}, {PID: 9, SMUtil: 100, TimeStamp: 25}},
-			wantMem:  []ProcessMemory{{PID: 7, UsedBytes: 1 << 30}, {PID: 9, UsedBytes: 0}},
+			wantMem:  []ProcessMemory{{PID: 7, UsedBytes: 1 << 30, Known: true}, {PID: 8}, {PID: 9, UsedBytes: 0, Known: true}},
 		},
 		{
 			name: "no sample since (NOT_FOUND) is not an error", sampleRet: nvml.ERROR_NOT_FOUND,

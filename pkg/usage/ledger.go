@@ -13,37 +13,38 @@ import (
 )
 
 // The memory ledger's layout, exactly as library/src/ledger.h lays it out (native byte order,
-// the C compiler's alignment). ledger_layout_test.go compiles library/test/ledger_layout.c and
-// fails when any of these differs from what the C compiler says.
+// the C compiler's alignment), for this reader and for the ledgers tests write (usagetest).
+// ledger_layout_test.go compiles library/test/ledger_layout.c and fails when any of these
+// differs from what the C compiler says.
 const (
-	ledgerMagic      = 0x4c4d4756 // "VGML"
-	ledgerVersion    = 2
-	ledgerSlots      = 1024
-	ledgerDevices    = contract.ContainerConfigMaxGPUs // VGPU_MAX_DEVICES
-	ledgerSlotFree   = 0
-	ledgerSlotUsed   = 1
-	ledgerHeaderSize = 352
-	ledgerSlotSize   = 16 + 8*ledgerDevices
-	ledgerFileSize   = ledgerHeaderSize + ledgerSlots*ledgerSlotSize
+	LedgerMagic      = 0x4c4d4756 // "VGML"
+	LedgerVersion    = 2
+	LedgerSlots      = 1024
+	LedgerDevices    = contract.ContainerConfigMaxGPUs // VGPU_MAX_DEVICES
+	LedgerSlotFree   = 0
+	LedgerSlotUsed   = 1
+	LedgerHeaderSize = 352
+	LedgerSlotSize   = 16 + 8*LedgerDevices
+	LedgerFileSize   = LedgerHeaderSize + LedgerSlots*LedgerSlotSize
 
 	// struct ledger_header
-	offMagic        = 0
-	offVersion      = 4
-	offHeaderSize   = 8
-	offSlotSize     = 12
-	offNSlots       = 16
-	offNDevices     = 20
-	offHighWater    = 24
-	offUnseen       = 32  // uint64[ledgerDevices]
-	offReconciledNS = 160 // uint64[ledgerDevices]
-	offReclaimedNS  = 288
-	offRefused      = 296
+	LedgerOffMagic        = 0
+	LedgerOffVersion      = 4
+	LedgerOffHeaderSize   = 8
+	LedgerOffSlotSize     = 12
+	LedgerOffNSlots       = 16
+	LedgerOffNDevices     = 20
+	LedgerOffHighWater    = 24
+	LedgerOffUnseen       = 32  // uint64[LedgerDevices]
+	LedgerOffReconciledNS = 160 // uint64[LedgerDevices]
+	LedgerOffReclaimedNS  = 288
+	LedgerOffRefused      = 296
 
 	// struct ledger_slot
-	offSlotState = 0
-	offSlotPID   = 4
-	offSlotOwner = 8
-	offSlotUsed  = 16 // uint64[ledgerDevices]
+	LedgerOffSlotState = 0
+	LedgerOffSlotPID   = 4
+	LedgerOffSlotOwner = 8
+	LedgerOffSlotUsed  = 16 // uint64[LedgerDevices]
 )
 
 // Ledger is what a container's memory ledger says.
@@ -51,7 +52,7 @@ type Ledger struct {
 	// Used is, per GPU position in the container's vgpu.config, the bytes its live processes
 	// hold through the hooks plus the driver memory NVML saw and the hooks did not ("unseen"):
 	// the figure libvgpu.so checks against the limit.
-	Used [ledgerDevices]uint64
+	Used [LedgerDevices]uint64
 	// Refused counts the allocations libvgpu.so refused for the limit, on every GPU, since the
 	// ledger was created (it lives as long as the container's directory).
 	Refused uint64
@@ -104,13 +105,13 @@ func (r *LedgerReader) Read(dir string) (Ledger, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return Ledger{}, fmt.Errorf("inspect %s: %w", path, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != ledgerFileSize {
-		return Ledger{}, &LedgerError{Path: path, Reason: fmt.Sprintf("is not a regular file of %d bytes (mode %o, %d bytes)", ledgerFileSize, st.Mode, st.Size)}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != LedgerFileSize {
+		return Ledger{}, &LedgerError{Path: path, Reason: fmt.Sprintf("is not a regular file of %d bytes (mode %o, %d bytes)", LedgerFileSize, st.Mode, st.Size)}
 	}
-	if cap(r.buf) < ledgerFileSize {
-		r.buf = make([]byte, ledgerFileSize)
+	if cap(r.buf) < LedgerFileSize {
+		r.buf = make([]byte, LedgerFileSize)
 	}
-	h := r.buf[:ledgerHeaderSize]
+	h := r.buf[:LedgerHeaderSize]
 	if err := preadFull(fd, h, 0); err != nil {
 		return Ledger{}, fmt.Errorf("read header of %s: %w", path, err)
 	}
@@ -118,24 +119,24 @@ func (r *LedgerReader) Read(dir string) (Ledger, error) {
 	if err != nil {
 		return Ledger{}, &LedgerError{Path: path, Reason: err.Error()}
 	}
-	slots := r.buf[ledgerHeaderSize : ledgerHeaderSize+highWater*ledgerSlotSize]
-	if err := preadFull(fd, slots, ledgerHeaderSize); err != nil {
+	slots := r.buf[LedgerHeaderSize : LedgerHeaderSize+highWater*LedgerSlotSize]
+	if err := preadFull(fd, slots, LedgerHeaderSize); err != nil {
 		return Ledger{}, fmt.Errorf("read slots of %s: %w", path, err)
 	}
 	var l Ledger
 	ne := binary.NativeEndian
-	for dev := range ledgerDevices {
-		l.Used[dev] = ne.Uint64(h[offUnseen+8*dev:])
+	for dev := range LedgerDevices {
+		l.Used[dev] = ne.Uint64(h[LedgerOffUnseen+8*dev:])
 	}
-	l.Refused = ne.Uint64(h[offRefused:])
+	l.Refused = ne.Uint64(h[LedgerOffRefused:])
 	for i := range highWater {
-		s := slots[i*ledgerSlotSize : (i+1)*ledgerSlotSize]
-		if ne.Uint32(s[offSlotState:]) == ledgerSlotFree || !slotAlive(fd, i) {
+		s := slots[i*LedgerSlotSize : (i+1)*LedgerSlotSize]
+		if ne.Uint32(s[LedgerOffSlotState:]) == LedgerSlotFree || !slotAlive(fd, i) {
 			continue
 		}
 		l.Processes++
-		for dev := range ledgerDevices {
-			l.Used[dev] += ne.Uint64(s[offSlotUsed+8*dev:])
+		for dev := range LedgerDevices {
+			l.Used[dev] += ne.Uint64(s[LedgerOffSlotUsed+8*dev:])
 		}
 	}
 	return l, nil
@@ -145,17 +146,17 @@ func (r *LedgerReader) Read(dir string) (Ledger, error) {
 func checkHeader(h []byte) (int, error) {
 	ne := binary.NativeEndian
 	switch {
-	case ne.Uint32(h[offMagic:]) != ledgerMagic:
+	case ne.Uint32(h[LedgerOffMagic:]) != LedgerMagic:
 		return 0, errors.New("has no ledger magic (never completed, or not a ledger)")
-	case ne.Uint32(h[offVersion:]) != ledgerVersion:
-		return 0, fmt.Errorf("has layout version %d, this plugin reads %d", ne.Uint32(h[offVersion:]), ledgerVersion)
-	case ne.Uint32(h[offHeaderSize:]) != ledgerHeaderSize || ne.Uint32(h[offSlotSize:]) != ledgerSlotSize ||
-		ne.Uint32(h[offNSlots:]) != ledgerSlots || ne.Uint32(h[offNDevices:]) != ledgerDevices:
+	case ne.Uint32(h[LedgerOffVersion:]) != LedgerVersion:
+		return 0, fmt.Errorf("has layout version %d, this plugin reads %d", ne.Uint32(h[LedgerOffVersion:]), LedgerVersion)
+	case ne.Uint32(h[LedgerOffHeaderSize:]) != LedgerHeaderSize || ne.Uint32(h[LedgerOffSlotSize:]) != LedgerSlotSize ||
+		ne.Uint32(h[LedgerOffNSlots:]) != LedgerSlots || ne.Uint32(h[LedgerOffNDevices:]) != LedgerDevices:
 		return 0, errors.New("has a header of another layout")
 	}
-	hw := ne.Uint32(h[offHighWater:])
-	if hw > ledgerSlots {
-		return 0, fmt.Errorf("has high-water mark %d past its %d slots", hw, ledgerSlots)
+	hw := ne.Uint32(h[LedgerOffHighWater:])
+	if hw > LedgerSlots {
+		return 0, fmt.Errorf("has high-water mark %d past its %d slots", hw, LedgerSlots)
 	}
 	return int(hw), nil
 }
@@ -164,7 +165,7 @@ func checkHeader(h []byte) (int, error) {
 // conflicting lock without taking one. When the kernel cannot answer, the slot counts as
 // alive, as the library counts it: never under-count.
 func slotAlive(fd, i int) bool {
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(ledgerHeaderSize + i*ledgerSlotSize), Len: ledgerSlotSize}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(LedgerHeaderSize + i*LedgerSlotSize), Len: LedgerSlotSize}
 	for {
 		err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_GETLK, &lk)
 		if errors.Is(err, unix.EINTR) {

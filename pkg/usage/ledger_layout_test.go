@@ -1,4 +1,4 @@
-package usage
+package usage_test
 
 import (
 	"os"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/usage"
 )
 
 // TestLedgerLayoutMatchesC compiles library/test/ledger_layout.c against the library's own
@@ -39,35 +40,35 @@ func TestLedgerLayoutMatchesC(t *testing.T) {
 		}
 		got[k] = v
 	}
-	u64s := strconv.Itoa(8 * ledgerDevices)
+	u64s := strconv.Itoa(8 * usage.LedgerDevices)
 	want := map[string]string{
 		"file_name": contract.LedgerFileName,
-		"magic":     strconv.Itoa(ledgerMagic), "version": strconv.Itoa(ledgerVersion),
-		"slots": strconv.Itoa(ledgerSlots), "devices": strconv.Itoa(ledgerDevices),
-		"slot_free": strconv.Itoa(ledgerSlotFree), "slot_used": strconv.Itoa(ledgerSlotUsed),
-		"ledger_header.size": strconv.Itoa(ledgerHeaderSize),
-		"ledger_slot.size":   strconv.Itoa(ledgerSlotSize),
-		"ledger_file.size":   strconv.Itoa(ledgerFileSize),
+		"magic":     strconv.Itoa(usage.LedgerMagic), "version": strconv.Itoa(usage.LedgerVersion),
+		"slots": strconv.Itoa(usage.LedgerSlots), "devices": strconv.Itoa(usage.LedgerDevices),
+		"slot_free": strconv.Itoa(usage.LedgerSlotFree), "slot_used": strconv.Itoa(usage.LedgerSlotUsed),
+		"ledger_header.size": strconv.Itoa(usage.LedgerHeaderSize),
+		"ledger_slot.size":   strconv.Itoa(usage.LedgerSlotSize),
+		"ledger_file.size":   strconv.Itoa(usage.LedgerFileSize),
 
-		"ledger_header.magic.offset": strconv.Itoa(offMagic), "ledger_header.magic.size": "4",
-		"ledger_header.version.offset": strconv.Itoa(offVersion), "ledger_header.version.size": "4",
-		"ledger_header.header_size.offset": strconv.Itoa(offHeaderSize), "ledger_header.header_size.size": "4",
-		"ledger_header.slot_size.offset": strconv.Itoa(offSlotSize), "ledger_header.slot_size.size": "4",
-		"ledger_header.nslots.offset": strconv.Itoa(offNSlots), "ledger_header.nslots.size": "4",
-		"ledger_header.ndevices.offset": strconv.Itoa(offNDevices), "ledger_header.ndevices.size": "4",
-		"ledger_header.high_water.offset": strconv.Itoa(offHighWater), "ledger_header.high_water.size": "4",
-		"ledger_header.unseen.offset": strconv.Itoa(offUnseen), "ledger_header.unseen.size": u64s,
-		"ledger_header.reconciled_ns.offset": strconv.Itoa(offReconciledNS), "ledger_header.reconciled_ns.size": u64s,
-		"ledger_header.reclaimed_ns.offset": strconv.Itoa(offReclaimedNS), "ledger_header.reclaimed_ns.size": "8",
-		"ledger_header.refused.offset": strconv.Itoa(offRefused), "ledger_header.refused.size": "8",
+		"ledger_header.magic.offset": strconv.Itoa(usage.LedgerOffMagic), "ledger_header.magic.size": "4",
+		"ledger_header.version.offset": strconv.Itoa(usage.LedgerOffVersion), "ledger_header.version.size": "4",
+		"ledger_header.header_size.offset": strconv.Itoa(usage.LedgerOffHeaderSize), "ledger_header.header_size.size": "4",
+		"ledger_header.slot_size.offset": strconv.Itoa(usage.LedgerOffSlotSize), "ledger_header.slot_size.size": "4",
+		"ledger_header.nslots.offset": strconv.Itoa(usage.LedgerOffNSlots), "ledger_header.nslots.size": "4",
+		"ledger_header.ndevices.offset": strconv.Itoa(usage.LedgerOffNDevices), "ledger_header.ndevices.size": "4",
+		"ledger_header.high_water.offset": strconv.Itoa(usage.LedgerOffHighWater), "ledger_header.high_water.size": "4",
+		"ledger_header.unseen.offset": strconv.Itoa(usage.LedgerOffUnseen), "ledger_header.unseen.size": u64s,
+		"ledger_header.reconciled_ns.offset": strconv.Itoa(usage.LedgerOffReconciledNS), "ledger_header.reconciled_ns.size": u64s,
+		"ledger_header.reclaimed_ns.offset": strconv.Itoa(usage.LedgerOffReclaimedNS), "ledger_header.reclaimed_ns.size": "8",
+		"ledger_header.refused.offset": strconv.Itoa(usage.LedgerOffRefused), "ledger_header.refused.size": "8",
 
-		"ledger_slot.state.offset": strconv.Itoa(offSlotState), "ledger_slot.state.size": "4",
-		"ledger_slot.pid.offset": strconv.Itoa(offSlotPID), "ledger_slot.pid.size": "4",
-		"ledger_slot.owner.offset": strconv.Itoa(offSlotOwner), "ledger_slot.owner.size": "8",
-		"ledger_slot.used.offset": strconv.Itoa(offSlotUsed), "ledger_slot.used.size": u64s,
+		"ledger_slot.state.offset": strconv.Itoa(usage.LedgerOffSlotState), "ledger_slot.state.size": "4",
+		"ledger_slot.pid.offset": strconv.Itoa(usage.LedgerOffSlotPID), "ledger_slot.pid.size": "4",
+		"ledger_slot.owner.offset": strconv.Itoa(usage.LedgerOffSlotOwner), "ledger_slot.owner.size": "8",
+		"ledger_slot.used.offset": strconv.Itoa(usage.LedgerOffSlotUsed), "ledger_slot.used.size": u64s,
 
-		"ledger_file.h.offset": "0", "ledger_file.h.size": strconv.Itoa(ledgerHeaderSize),
-		"ledger_file.slot.offset": strconv.Itoa(ledgerHeaderSize), "ledger_file.slot.size": strconv.Itoa(ledgerSlots * ledgerSlotSize),
+		"ledger_file.h.offset": "0", "ledger_file.h.size": strconv.Itoa(usage.LedgerHeaderSize),
+		"ledger_file.slot.offset": strconv.Itoa(usage.LedgerHeaderSize), "ledger_file.slot.size": strconv.Itoa(usage.LedgerSlots * usage.LedgerSlotSize),
 	}
 	for k, w := range want {
 		if g, ok := got[k]; !ok || g != w {

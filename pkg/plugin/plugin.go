@@ -21,6 +21,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/instancelock"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
+	"github.com/vgpu-dra/vgpu-dra/pkg/usage"
 )
 
 // Deps are what the node provides; tests replace them with fakes.
@@ -51,6 +52,7 @@ type Plugin struct {
 	driver   *driver.Driver
 	registry *registry.Server
 	helper   *kubeletplugin.Helper
+	usage    *usage.Sampler // nil when usage metrics are off
 
 	healthAddr  net.Addr
 	metricsAddr net.Addr
@@ -67,7 +69,7 @@ type Plugin struct {
 //  7. the registry (RETRY until NRI's first Synchronize);
 //  8. the kubelet's gRPC services: plugin registration and DRA;
 //  9. ResourceSlice publishing and GPU health events;
-//  10. health and metrics endpoints.
+//  10. the usage sampler (per-container metrics), health and metrics endpoints.
 //
 // It returns once the plugin serves; Stop (or ctx) ends it. A failure at any step stops what
 // the earlier steps started and releases the lock.
@@ -147,6 +149,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		return nil, err
 	}
 	p.driver.Start(ctx, p.helper, p.healthEvents(ctx))
+	if cfg.MetricsAddress != "" && cfg.UsageInterval > 0 {
+		p.usage = p.startUsage(ctx, layout)
+	}
 	if p.healthAddr, err = p.health.Serve(ctx, cfg.HealthAddress); err != nil {
 		return nil, err
 	}
@@ -240,6 +245,9 @@ func (p *Plugin) Done() <-chan struct{} { return p.done }
 
 // Metrics exposes the metrics (tests).
 func (p *Plugin) Metrics() *metrics.Metrics { return p.metrics }
+
+// Usage is the per-container usage sampler; nil when usage metrics are off.
+func (p *Plugin) Usage() *usage.Sampler { return p.usage }
 
 // HealthAddr is the bound health address, nil when disabled.
 func (p *Plugin) HealthAddr() net.Addr { return p.healthAddr }

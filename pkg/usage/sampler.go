@@ -162,9 +162,12 @@ func (s *Sampler) Sample(ctx context.Context) {
 		byUUID[g.UUID] = &snap.GPUs[i]
 	}
 	nv := s.readNVML(logger, pidsByGPU)
+	refusals := map[Refusals]float64{}
 	for _, f := range files {
-		if f.hasLedger && f.ledger.Refused > 0 {
-			snap.Refusals = append(snap.Refusals, Refusals{Namespace: f.Namespace, Pod: f.Pod, Container: f.Container, Claim: f.Claim, Count: float64(f.ledger.Refused)})
+		// Every target has the counter, 0 until a refusal: a series that only appeared with its
+		// first refusal would hide that refusal from increase() and rate().
+		if f.hasLedger || f.noLedger {
+			refusals[Refusals{Namespace: f.Namespace, Pod: f.Pod, Container: f.Container, Claim: f.Claim}] = float64(f.ledger.Refused)
 		}
 		for pos, g := range f.cfg.GPUs {
 			row := s.row(f, pos, g, byUUID[g.UUID], nv[g.UUID])
@@ -179,6 +182,14 @@ func (s *Sampler) Sample(ctx context.Context) {
 		snap.Omitted = n - s.cfg.MaxSeries
 		snap.Containers = snap.Containers[:s.cfg.MaxSeries:s.cfg.MaxSeries]
 		s.logOnce(logger, "bound", errors.New("more (container, GPU) pairs than the series bound"), "bound", s.cfg.MaxSeries, "omitted", snap.Omitted)
+	}
+	for _, r := range snap.Containers { // the bound applies to the refusal counters too
+		key := Refusals{Namespace: r.Namespace, Pod: r.Pod, Container: r.Container, Claim: r.Claim}
+		if count, ok := refusals[key]; ok {
+			key.Count = count
+			snap.Refusals = append(snap.Refusals, key)
+			delete(refusals, key.identity())
+		}
 	}
 	s.snap.Store(snap)
 	if s.deps.Published != nil {

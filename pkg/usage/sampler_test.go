@@ -188,6 +188,9 @@ vgpu_dra_container_cores_used_percent%[2]s 35
 vgpu_dra_container_cores_used_percent%[3]s 0
 vgpu_dra_container_cores_used_percent%[4]s 0
 vgpu_dra_container_memory_refusals_total{claim="share-a",container="app",namespace="team",pod="a"} 3
+vgpu_dra_container_memory_refusals_total{claim="share-b",container="app",namespace="team",pod="b"} 0
+vgpu_dra_container_memory_refusals_total{claim="per-claim",container="",namespace="batch",pod=""} 0
+vgpu_dra_container_memory_refusals_total{claim="whole",container="train",namespace="batch",pod="whole"} 0
 vgpu_dra_usage_series_omitted 0
 `, a, b, pc, whole)
 	// a: PIDs 100 (30 %) and 114 (5 %); b: PID 4243 (35 %); nothing runs on GPU 1.
@@ -223,6 +226,7 @@ vgpu_dra_container_memory_used_bytes%[1]s 0
 vgpu_dra_container_memory_limit_bytes%[1]s 2.147483648e+09
 vgpu_dra_container_cores_limit_percent%[1]s 10
 vgpu_dra_container_cores_used_percent%[1]s 0
+vgpu_dra_container_memory_refusals_total{claim="per-claim",container="",namespace="batch",pod=""} 0
 vgpu_dra_usage_series_omitted 0
 `, pc), containerMetrics...)
 	if len(n.errors) != 0 {
@@ -252,6 +256,7 @@ vgpu_dra_container_cores_limit_percent%[1]s 100
 vgpu_dra_container_cores_limit_percent%[2]s 100
 vgpu_dra_container_cores_used_percent%[1]s 40
 vgpu_dra_container_cores_used_percent%[2]s 0
+vgpu_dra_container_memory_refusals_total{claim="z",container="app",namespace="team",pod="badpids"} 0
 vgpu_dra_usage_series_omitted 0
 `, l("badledger", "y"), l("badpids", "z")), containerMetrics...)
 	if want := map[string]int{usage.SourceConfig: 1, usage.SourceLedger: 1, usage.SourcePIDs: 1}; fmt.Sprint(n.errors) != fmt.Sprint(want) {
@@ -287,6 +292,8 @@ vgpu_dra_container_memory_limit_bytes%[1]s 1.073741824e+09
 vgpu_dra_container_memory_limit_bytes%[2]s 1.073741824e+09
 vgpu_dra_container_cores_limit_percent%[1]s 50
 vgpu_dra_container_cores_limit_percent%[2]s 50
+vgpu_dra_container_memory_refusals_total{claim="a",container="app",namespace="team",pod="a"} 0
+vgpu_dra_container_memory_refusals_total{claim="b",container="app",namespace="team",pod="b"} 0
 vgpu_dra_usage_series_omitted 1
 `, l("a"), l("b")), containerMetrics...)
 	if n.errors[usage.SourceNVML] != 2 {

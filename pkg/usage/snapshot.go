@@ -55,11 +55,14 @@ type ContainerGPU struct {
 	HasCoresUsed bool
 }
 
-// Refusals is the count of allocations libvgpu.so refused a container for its memory limit.
+// Refusals is the count of allocations libvgpu.so refused a container for its memory limit: 0
+// for a container without a ledger yet; absent while its ledger cannot be read.
 type Refusals struct {
 	Namespace, Pod, Container, Claim string
 	Count                            float64
 }
+
+func (r Refusals) identity() Refusals { r.Count = 0; return r }
 
 // GPUUsage is one GPU in a snapshot: its state, and how many targets use it.
 type GPUUsage struct {

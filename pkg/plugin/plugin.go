@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -33,6 +34,9 @@ type Deps struct {
 	GPUs gpu.Source
 	// BootID overrides /proc/sys/kernel/random/boot_id (tests simulate reboots with it).
 	BootID string
+	// MetricsRegistry is the registry the plugin's metrics go on; a new one
+	// (component.NewMetricsRegistry) when nil. Tests pass one that records what is registered.
+	MetricsRegistry k8smetrics.KubeRegistry
 }
 
 // Plugin is a running kubelet plugin: the parts Start built, in the order it built them.
@@ -86,9 +90,13 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	// first). ctx still bounds the wait for the instance lock.
 	waitCtx := ctx
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	reg := deps.MetricsRegistry
+	if reg == nil {
+		reg = component.NewMetricsRegistry()
+	}
 	p := &Plugin{
 		cfg: cfg, cancel: cancel, done: make(chan struct{}),
-		metrics: metrics.New(component.NewMetricsRegistry()), health: health.NewServer(),
+		metrics: metrics.New(reg), health: health.NewServer(),
 	}
 	context.AfterFunc(ctx, func() { close(p.done) })
 	defer func() {

@@ -105,11 +105,13 @@ cluster-up: cluster-bins
 cluster-down:
 	hack/cluster-down.sh
 
-## e2e: the cluster suite: cluster up, images, test/e2e, cluster down (always). Needs root.
-e2e: cluster-bins
+## e2e: the cluster suite: cluster bins (built once, cached per machine), cluster up, images,
+## test/e2e, cluster down (always). Needs root.
+e2e:
 	hack/e2e.sh
 
 ## demo: cluster up with simulated H200s, the chart installed, two pods sharing one GPU, a
-## summary of what each got. Leaves the cluster up (make cluster-down removes it).
-demo: cluster-bins
+## summary of what each got, kubectl vgpu and the per-container metrics. Leaves the cluster up
+## (make cluster-down removes it).
+demo:
 	hack/demo.sh

@@ -54,6 +54,13 @@ func TestLedgerReader(t *testing.T) {
 			want: usage.Ledger{Used: [usage.LedgerDevices]uint64{0: 1}, Processes: 1},
 		},
 		{name: "an empty ledger", fixture: &usagetest.Ledger{}, want: usage.Ledger{}},
+		{
+			// The reader takes no lock: a process holding the ledger's lock forever (stuck in
+			// a reservation) cannot stall the sampler, and through it nothing else.
+			name:    "a header lock held by a stuck process does not block",
+			fixture: &usagetest.Ledger{HeaderLocked: true, Slots: []usagetest.Slot{usagetest.Live(map[int]uint64{0: gib})}},
+			want:    usage.Ledger{Used: [usage.LedgerDevices]uint64{0: gib}, Processes: 1},
+		},
 		{name: "no ledger yet", setup: func(*testing.T, string) {}, noLedger: true},
 		{
 			name: "a symlink is not followed",

@@ -40,6 +40,9 @@ type Ledger struct {
 	Slots     []Slot
 	// Patch, when set, breaks the file after it is laid out.
 	Patch func(b []byte)
+	// HeaderLocked holds the header's write lock, as a process in the middle of a reservation
+	// does (or one that stopped there, stuck or stopped by a debugger).
+	HeaderLocked bool
 }
 
 // WriteLedger writes l into dir as contract.LedgerFileName and holds the OFD locks of its live
@@ -83,6 +86,12 @@ func WriteLedger(t testing.TB, dir string, l Ledger) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { holder.Close() })
+	if l.HeaderLocked {
+		lk := unix.Flock_t{Type: unix.F_WRLCK, Start: 0, Len: usage.LedgerHeaderSize}
+		if err := unix.FcntlFlock(holder.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+			t.Fatalf("lock the header of %s: %v", path, err)
+		}
+	}
 	for i, s := range l.Slots {
 		if !s.Locked {
 			continue

@@ -69,7 +69,7 @@ summary() {
 # sample (5 s).
 usage() {
   local ip metrics
-  kubectl exec share-a -- sh -c 'FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" nohup vgpu_probe hold 9216 >/tmp/hold.out 2>&1 &'
+  kubectl exec share-a -- sh -c 'FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe hold 9216 >/tmp/hold.out 2>&1 &'
   ip=$(kubectl -n "${NAMESPACE}" get pods -l app.kubernetes.io/component=kubelet-plugin -o jsonpath='{.items[0].status.podIP}')
   for _ in $(seq 1 60); do
     metrics=$(curl -fsS --max-time 3 "http://${ip}:8080/metrics" | grep -E '^vgpu_dra_(container_(memory|cores)_|gpu_(memory|cores|shares|containers))' || true)

@@ -37,13 +37,16 @@ func newNRISide(cfg Config, layout claimdir.Layout, claims nri.Claims, m *metric
 		DriverName: cfg.DriverName, Layout: layout,
 		SetNvidiaVisibleDevices: cfg.GPUInjection == cdi.InjectionEnv,
 	}, claims, nm, logger)
-	return &nriSide{
-		plugin: plugin,
-		supervisor: nri.NewSupervisor(nri.SupervisorConfig{
-			PluginName: cfg.DriverName, PluginIndex: cfg.NRIPluginIndex, Socket: cfg.NRISocket,
-			FailureGrace: cfg.NRIFailureGrace,
-		}, plugin, nm, logger),
+	supervisor := nri.NewSupervisor(nri.SupervisorConfig{
+		PluginName: cfg.DriverName, PluginIndex: cfg.NRIPluginIndex, Socket: cfg.NRISocket,
+		FailureGrace: cfg.NRIFailureGrace,
+	}, plugin, nm, logger)
+	grace := cfg.NRIFailureGrace
+	if grace <= 0 {
+		grace = nri.DefaultFailureGrace
 	}
+	metrics.RegisterNRILost(m.Registry, supervisor.LostFor, grace)
+	return &nriSide{plugin: plugin, supervisor: supervisor}
 }
 
 // start connects to the runtime (in the background, retrying forever), adds the liveness check

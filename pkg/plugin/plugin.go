@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/instancelock"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
+	"github.com/vgpu-dra/vgpu-dra/pkg/usage"
 )
 
 // Deps are what the node provides; tests replace them with fakes.
@@ -36,6 +38,9 @@ type Deps struct {
 	// DRAListen, when set, creates the listener of the DRA socket instead of the helper
 	// (tests break the helper's gRPC server through it).
 	DRAListen func(ctx context.Context, path string) (net.Listener, error)
+	// MetricsRegistry is the registry the plugin's metrics go on; a new one
+	// (component.NewMetricsRegistry) when nil. Tests pass one that records what is registered.
+	MetricsRegistry k8smetrics.KubeRegistry
 }
 
 // Plugin is a running kubelet plugin: the parts Start built, in the order it built them.
@@ -60,6 +65,7 @@ type Plugin struct {
 	driver   *driver.Driver
 	registry *registry.Server
 	helper   *kubeletplugin.Helper
+	usage    *usage.Sampler // nil when usage metrics are off
 
 	healthAddr  net.Addr
 	metricsAddr net.Addr
@@ -76,7 +82,7 @@ type Plugin struct {
 //  7. the registry (RETRY until NRI's first Synchronize);
 //  8. the kubelet's gRPC services: plugin registration and DRA;
 //  9. ResourceSlice publishing and GPU health events;
-//  10. health and metrics endpoints.
+//  10. the usage sampler (per-container metrics), health and metrics endpoints.
 //
 // It returns once the plugin serves; Stop (or ctx) ends it. A failure at any step stops what
 // the earlier steps started and releases the lock.
@@ -93,9 +99,13 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	// first). ctx still bounds the wait for the instance lock.
 	waitCtx := ctx
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	reg := deps.MetricsRegistry
+	if reg == nil {
+		reg = component.NewMetricsRegistry()
+	}
 	p := &Plugin{
 		cfg: cfg, cancel: cancel, done: make(chan struct{}), failed: make(chan struct{}),
-		metrics: metrics.New(component.NewMetricsRegistry()), health: health.NewServer(),
+		metrics: metrics.New(reg), health: health.NewServer(),
 	}
 	context.AfterFunc(ctx, func() { close(p.done) })
 	defer func() {
@@ -161,6 +171,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	// In the background: at start-up the API server may not answer yet, and nothing waits for
 	// the pass (contract §7, "Reconciliation with the API server").
 	go p.driver.RunReconcile(ctx, cfg.ReconcileInterval)
+	if cfg.MetricsAddress != "" && cfg.UsageInterval > 0 {
+		p.usage = p.startUsage(ctx, layout)
+	}
 	if p.healthAddr, err = p.health.Serve(ctx, cfg.HealthAddress); err != nil {
 		return nil, err
 	}
@@ -177,7 +190,7 @@ func openGPUs(cfg Config, given gpu.Source) (gpu.Source, bool, error) {
 	if given != nil {
 		return given, false, nil
 	}
-	src, err := gpu.ParseSource(cfg.DeviceSource)
+	src, err := gpu.ParseSource(cfg.DeviceSource, cfg.NodeName)
 	if err != nil {
 		return nil, false, fmt.Errorf("open GPU source %q: %w", cfg.DeviceSource, err)
 	}
@@ -278,6 +291,9 @@ func (p *Plugin) Err() error {
 
 // Metrics exposes the metrics (tests).
 func (p *Plugin) Metrics() *metrics.Metrics { return p.metrics }
+
+// Usage is the per-container usage sampler; nil when usage metrics are off.
+func (p *Plugin) Usage() *usage.Sampler { return p.usage }
 
 // HealthAddr is the bound health address, nil when disabled.
 func (p *Plugin) HealthAddr() net.Addr { return p.healthAddr }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make demo: a local single-node cluster with simulated GPUs, the chart installed, two pods
-# sharing one GPU (deployments/examples), and a short summary of what each pod got.
+# sharing one GPU (deployments/examples), a short summary of what each pod got, and what is left
+# of each GPU (kubectl vgpu) and what each container uses (the plugin's metrics).
 # MODE=device-plugin (make demo MODE=device-plugin) installs the chart in device-plugin mode
 # instead: the same two pods ask for shares of the extended resource vgpu.dra.dev/vgpu
 # (deployments/examples/device-plugin), and the summary also makes the GPU fail and recover.
@@ -19,7 +20,8 @@ readonly MODE="${MODE:-dra}"
 readonly RESOURCE=vgpu.dra.dev/vgpu
 readonly DEBUG_SOCKET=/var/lib/vgpu-dra/device-plugin-debug.sock
 export KUBECONFIG="${KUBECONFIG_ADMIN}"
-kubectl() { "${CLUSTER_BIN}/kubectl" "$@"; }
+# kubectl finds its plugin kubectl-vgpu (make build) on PATH.
+kubectl() { PATH="${REPO_ROOT}/_output/bin:${PATH}" "${CLUSTER_BIN}/kubectl" "$@"; }
 helm() { "${CLUSTER_BIN}/helm" "$@"; }
 
 install_chart() {
@@ -55,9 +57,11 @@ run_examples() {
 summary() {
   local pod claim
   echo
-  echo "== GPUs published by vgpu-dra (ResourceSlices) and what the claims took"
-  kubectl get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.name}{"\t"}{.attributes.uuid.string}{"\tmemory="}{.capacity.memory.value}{"\tcores="}{.capacity.cores.value}{"\n"}{end}'
-  kubectl get resourceclaims -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{range .status.allocation.devices.results[*]}{.device}{"\tmemory="}{.consumedCapacity.memory}{"\tcores="}{.consumedCapacity.cores}{end}{"\n"}{end}'
+  echo "== kubectl vgpu nodes: every GPU vgpu-dra publishes, what the claims took of it and what is left"
+  kubectl vgpu nodes -o wide
+  echo
+  echo "== kubectl vgpu pods: the share each pod holds"
+  kubectl vgpu pods -o wide
   for pod in share-a share-b; do
     claim=$(kubectl get pod "${pod}" -o jsonpath='{.status.resourceClaimStatuses[0].resourceClaimName}')
     echo
@@ -69,6 +73,7 @@ summary() {
   echo
   echo "== libvgpu.so in share-a: allocate 8192 MiB, then 4096 MiB (result 2 = CUDA_ERROR_OUT_OF_MEMORY), then 1024 MiB"
   kubectl exec share-a -- sh -c 'FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe alloc 8192 4096 1024' | sed "s/^/  /"
+  usage
   echo
   echo "The cluster stays up: export KUBECONFIG=${KUBECONFIG_ADMIN}; remove it with: make cluster-down"
 }
@@ -105,6 +110,23 @@ summary_device_plugin() {
   echo "The cluster stays up: export KUBECONFIG=${KUBECONFIG_ADMIN}; remove it with: make cluster-down"
 }
 
+# usage shows the plugin's per-container metrics: a process in share-a holds 9 GiB of its 10Gi
+# (the fake driver's memory, counted by libvgpu.so's ledger), and /metrics has it within one
+# sample (5 s).
+usage() {
+  local ip metrics
+  kubectl exec share-a -- sh -c 'FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe hold 9216 >/tmp/hold.out 2>&1 &'
+  ip=$(kubectl -n "${NAMESPACE}" get pods -l app.kubernetes.io/component=kubelet-plugin -o jsonpath='{.items[0].status.podIP}')
+  for _ in $(seq 1 60); do
+    metrics=$(curl -fsS --max-time 3 "http://${ip}:8080/metrics" | grep -E '^vgpu_dra_(container_(memory|cores)_|gpu_(memory|cores|shares|containers))' || true)
+    grep -q 'container_memory_used_bytes{.*pod="share-a".* 9.663676416e+09' <<<"${metrics}" && break
+    sleep 0.5
+  done
+  echo
+  echo "== the plugin's /metrics (${ip}:8080): share-a holds 9 GiB of its 10Gi, share-b nothing"
+  sed 's/^/  /' <<<"${metrics}"
+}
+
 main() {
   case "${MODE}" in
     dra | device-plugin) ;;
@@ -112,8 +134,12 @@ main() {
   esac
   require_root
   take_suite_lock
+  # The cluster's binaries are built (or found in the machine's cache) once, here: make demo
+  # no longer depends on cluster-bins, and cluster-up.sh is run directly rather than through
+  # make cluster-up, whose own cluster-bins prerequisite waited on the build lock a second time.
+  "${HACK_DIR}/build-cluster-bins.sh"
   "${HACK_DIR}/build-artifacts.sh"
-  make -C "${REPO_ROOT}" --no-print-directory cluster-up
+  "${HACK_DIR}/cluster-up.sh"
   "${HACK_DIR}/images.sh" plugin test-workload
   install_chart
   run_examples

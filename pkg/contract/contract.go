@@ -42,6 +42,9 @@ const (
 	RegistrySocketName = "registry.sock"
 	// PIDsConfigName is the PID list's name inside a container's config directory (contract §6).
 	PIDsConfigName = "pids.config"
+	// LedgerFileName is libvgpu.so's memory ledger inside a container's vmem_node directory
+	// (contract §4a; library/src/ledger.h). The plugin only reads it, for its metrics.
+	LedgerFileName = "ledger.v2"
 )
 
 // Environment variables set through CDI (contract §3) and NRI (contract §4).

@@ -161,7 +161,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 func (p *Plugin) openInventory(ctx context.Context, given gpu.Source) error {
 	p.gpus = given
 	if given == nil {
-		src, err := gpu.ParseSource(p.cfg.DeviceSource)
+		src, err := gpu.ParseSource(p.cfg.DeviceSource, p.cfg.NodeName)
 		if err != nil {
 			return fmt.Errorf("open GPU source %q: %w", p.cfg.DeviceSource, err)
 		}

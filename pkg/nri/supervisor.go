@@ -340,6 +340,19 @@ func (s *Supervisor) Status() Status {
 	return st
 }
 
+// LostFor is how long this process has been without a good session since its last one
+// ended: 0 while a session is good, and before the first (a runtime that never offered NRI is
+// no fault). Check fails once it passes the grace.
+func (s *Supervisor) LostFor() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	if !st.HadSession || (st.Connected && st.Synced) || st.LostAt.IsZero() {
+		return 0
+	}
+	return max(s.now().Sub(st.LostAt), 0)
+}
+
 // Check is the liveness check (tier 2): after this process has had a good session, being
 // without one for longer than the grace period is unhealthy; it clears as soon as a session
 // is good again. A runtime that never offered NRI is not a fault: claims take the per-claim

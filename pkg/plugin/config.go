@@ -59,6 +59,12 @@ type Config struct {
 	HealthAddress string
 	// MetricsAddress serves /metrics; empty disables it.
 	MetricsAddress string
+	// UsageInterval is how often per-container usage is sampled for /metrics
+	// (--usage-interval); 0 disables the per-container and per-GPU usage metrics.
+	UsageInterval time.Duration
+	// UsageMaxSeries bounds the (container, GPU) pairs those metrics show (--usage-max-series);
+	// usage.DefaultMaxSeries when 0.
+	UsageMaxSeries int
 
 	// NRISocket is the runtime's NRI socket (--nri-socket); required when NRI is on.
 	NRISocket string
@@ -175,6 +181,9 @@ func (c Config) Validate() error {
 	}
 	if len(c.NRIPluginIndex) > 0 && (len(c.NRIPluginIndex) != 2 || c.NRIPluginIndex[0] < '0' || c.NRIPluginIndex[0] > '9' || c.NRIPluginIndex[1] < '0' || c.NRIPluginIndex[1] > '9') {
 		errs = append(errs, fmt.Errorf("--nri-plugin-index %q: want two digits", c.NRIPluginIndex))
+	}
+	if c.UsageInterval < 0 || c.UsageMaxSeries < 0 {
+		errs = append(errs, errors.New("--usage-interval and --usage-max-series must not be negative"))
 	}
 	if c.NRIFailureGrace < 0 {
 		errs = append(errs, errors.New("--nri-failure-grace must not be negative"))

@@ -40,13 +40,16 @@ func newNRISide(cfg Config, layout claimdir.Layout, m *metrics.Metrics) *nriSide
 		DriverName: cfg.DriverName, Layout: layout,
 		SetNvidiaVisibleDevices: cfg.GPUInjection == cdi.InjectionEnv,
 	}, noClaims{}, nm, logger)
-	return &nriSide{
-		plugin: plugin,
-		supervisor: nri.NewSupervisor(nri.SupervisorConfig{
-			PluginName: cfg.DriverName, PluginIndex: cfg.NRIPluginIndex, Socket: cfg.NRISocket,
-			FailureGrace: cfg.NRIFailureGrace, NoFailRequest: cfg.HandoverEnabled(),
-		}, plugin, nm, logger),
+	supervisor := nri.NewSupervisor(nri.SupervisorConfig{
+		PluginName: cfg.DriverName, PluginIndex: cfg.NRIPluginIndex, Socket: cfg.NRISocket,
+		FailureGrace: cfg.NRIFailureGrace, NoFailRequest: cfg.HandoverEnabled(),
+	}, plugin, nm, logger)
+	grace := cfg.NRIFailureGrace
+	if grace <= 0 {
+		grace = nri.DefaultFailureGrace
 	}
+	metrics.RegisterNRILost(m.Registry, supervisor.LostFor, grace)
+	return &nriSide{plugin: plugin, supervisor: supervisor}
 }
 
 // start connects to the runtime as plugin index (in the background, retrying forever) and adds

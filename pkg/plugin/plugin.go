@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/health"
 	"github.com/vgpu-dra/vgpu-dra/pkg/instancelock"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+	"github.com/vgpu-dra/vgpu-dra/pkg/usage"
 )
 
 // Deps are what the node provides; tests replace them with fakes.
@@ -36,6 +38,9 @@ type Deps struct {
 	// DRAListen, when set, creates the listener of the DRA socket instead of the helper
 	// (tests break the helper's gRPC server through it).
 	DRAListen func(ctx context.Context, path string) (net.Listener, error)
+	// MetricsRegistry is the registry the plugin's metrics go on; a new one
+	// (component.NewMetricsRegistry) when nil. Tests pass one that records what is registered.
+	MetricsRegistry k8smetrics.KubeRegistry
 	// LoadCheckpoint reads the checkpoint as a successor checks it before it takes the node
 	// over; checkpoint.Load when nil (tests make it refuse a format, as an older build would).
 	LoadCheckpoint func(path string) (checkpoint.Data, error)
@@ -91,6 +96,7 @@ type Plugin struct {
 	observer   sync.WaitGroup
 	kick       chan struct{} // wakes the observer loop (a peer left)
 	stopping   atomic.Bool
+	usage            *usage.Sampler // nil when usage metrics are off
 
 	healthAddr  net.Addr
 	metricsAddr net.Addr
@@ -120,7 +126,8 @@ type observerState struct {
 //
 //  1. the GPU inventory;
 //  2. the NRI side, built but not connected (it decides the path of new claims);
-//  3. health and metrics endpoints.
+//  3. the usage sampler (per-container metrics: what the owner's cache and checkpoint hold),
+//     health and metrics endpoints.
 //
 // Then, when the instance lock is free, it takes the node (becomeOwner, in the order of
 // architecture.md's "Start-up order": checkpoint, recovery, NRI connection, registry, kubelet
@@ -143,7 +150,10 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	// then takes them down in an order that lets no container through unadjusted (NRI drains
 	// first).
 	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	reg := component.NewMetricsRegistry()
+	reg := deps.MetricsRegistry
+	if reg == nil {
+		reg = component.NewMetricsRegistry()
+	}
 	p := &Plugin{
 		cfg: cfg, deps: deps, ctx: pctx, cancel: cancel, done: make(chan struct{}), failed: make(chan struct{}), logger: logger,
 		metrics: metrics.New(reg), health: health.NewServer(), kick: make(chan struct{}, 1),
@@ -201,6 +211,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	default:
 		return nil, err
 	}
+	if cfg.MetricsAddress != "" && cfg.UsageInterval > 0 {
+		p.usage = p.startUsage(pctx, cfg.Layout())
+	}
 	if p.healthAddr, err = p.health.Serve(pctx, cfg.HealthAddress); err != nil {
 		return nil, err
 	}
@@ -219,7 +232,7 @@ func openGPUs(cfg Config, given gpu.Source) (gpu.Source, bool, error) {
 	if given != nil {
 		return given, false, nil
 	}
-	src, err := gpu.ParseSource(cfg.DeviceSource)
+	src, err := gpu.ParseSource(cfg.DeviceSource, cfg.NodeName)
 	if err != nil {
 		return nil, false, fmt.Errorf("open GPU source %q: %w", cfg.DeviceSource, err)
 	}
@@ -323,6 +336,9 @@ func (p *Plugin) Owner() bool { return p.term.Load() != nil }
 
 // Metrics exposes the metrics (tests).
 func (p *Plugin) Metrics() *metrics.Metrics { return p.metrics }
+
+// Usage is the per-container usage sampler; nil when usage metrics are off.
+func (p *Plugin) Usage() *usage.Sampler { return p.usage }
 
 // HealthAddr is the bound health address, nil when disabled.
 func (p *Plugin) HealthAddr() net.Addr { return p.healthAddr }

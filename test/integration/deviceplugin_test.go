@@ -61,7 +61,7 @@ func newDPNodeGPUs(t testing.TB, count int, mutate ...func(*deviceplugin.Config)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	gpus, err := gpu.NewSimulated("dgx-h200", count)
+	gpus, err := gpu.NewSimulated("dgx-h200", count, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}

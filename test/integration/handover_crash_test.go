@@ -90,7 +90,7 @@ func (p *instanceProc) exited() bool {
 // plugin left them: what every crash must leave exactly as it is.
 func crashClaims(t *testing.T, cfg plugin.Config) map[string]checkpoint.Claim {
 	t.Helper()
-	gpus, err := gpu.NewSimulated("dgx-h200", 2)
+	gpus, err := gpu.NewSimulated("dgx-h200", 2, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func (n *node) startInstance(podUID string, mutate ...func(*plugin.Config, *plug
 	n.t.Helper()
 	cfg := n.cfg
 	cfg.PodUID, cfg.HealthAddress, cfg.MetricsAddress = podUID, "127.0.0.1:0", ""
-	gpus, err := gpu.NewSimulated("dgx-h200", 2)
+	gpus, err := gpu.NewSimulated("dgx-h200", 2, nodeName)
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func newNode(t testing.TB, mutate ...func(*plugin.Config)) *node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	gpus, err := gpu.NewSimulated("dgx-h200", 2)
+	gpus, err := gpu.NewSimulated("dgx-h200", 2, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}

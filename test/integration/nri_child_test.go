@@ -154,7 +154,7 @@ func pluginChild() error {
 	if err := json.Unmarshal([]byte(os.Getenv("VGPU_PLUGIN_CONFIG")), &cfg); err != nil {
 		return err
 	}
-	gpus, err := gpu.NewSimulated("dgx-h200", 2)
+	gpus, err := gpu.NewSimulated("dgx-h200", 2, nodeName)
 	if err != nil {
 		return err
 	}

@@ -379,10 +379,18 @@ func TestNRIHealthAfterGrace(t *testing.T) {
 	if got := probe(t, n); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("after the grace period: %v, want NOT_SERVING", got)
 	}
+	// What the alert compares (contract §8): lost for longer than the grace.
+	lost, grace := metricValue(t, n, "vgpu_dra_nri_lost_seconds"), metricValue(t, n, "vgpu_dra_nri_failure_grace_seconds")
+	if grace != 0.5 || lost <= grace {
+		t.Errorf("after the grace period: nri_lost_seconds %v, nri_failure_grace_seconds %v; want lost > grace = 0.5", lost, grace)
+	}
 	startRuntimeProc(t, socket, state, 2*time.Second)
 	n.waitSession(2)
 	if got := probe(t, n); got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("runtime back: %v, want SERVING", got)
+	}
+	if lost := metricValue(t, n, "vgpu_dra_nri_lost_seconds"); lost != 0 {
+		t.Errorf("runtime back: nri_lost_seconds %v, want 0", lost)
 	}
 }
 
@@ -404,5 +412,8 @@ func TestNRINeverOfferedIsNoFault(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if got := probe(t, n); got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("no NRI at all: %v, want SERVING", got)
+	}
+	if lost := metricValue(t, n, "vgpu_dra_nri_lost_seconds"); lost != 0 {
+		t.Errorf("no NRI at all: nri_lost_seconds %v, want 0 (no fault to alert on)", lost)
 	}
 }

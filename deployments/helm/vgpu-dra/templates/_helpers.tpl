@@ -91,6 +91,16 @@ app.kubernetes.io/component: webhook
 {{ include "vgpu-dra.webhookName" . }}.{{ .Release.Namespace }}.svc
 {{- end -}}
 
+{{/*
+webhookExtendedResource: the extended resource the webhook treats as a vGPU served through DRA,
+in mode dra only. In mode device-plugin the device plugin serves it (no NRI plugin runs, so the
+required-plugins annotation would make containerd refuse every such container); in mode per-node
+the scheduler picks the node, so admission cannot tell which plugin will serve it.
+*/}}
+{{- define "vgpu-dra.webhookExtendedResource" -}}
+{{- if eq .Values.mode "dra" }}{{ .Values.driverName }}/vgpu{{ end -}}
+{{- end -}}
+
 {{/* CEL: the container asks for the DeviceClass's extended resource. */}}
 {{- define "vgpu-dra.usesExtendedResource" -}}
 has(c.resources) && ((has(c.resources.limits) && '{{ .Values.driverName }}/vgpu' in c.resources.limits) || (has(c.resources.requests) && '{{ .Values.driverName }}/vgpu' in c.resources.requests))
@@ -115,12 +125,14 @@ namespaceSelector:
       values: [{{ .Release.Namespace | quote }}, "kube-system"]
 {{- end }}
 
-{{/* Pods that may use a vGPU: resourceClaims, or the extended resource in any container. */}}
+{{/* Pods that may use a vGPU: resourceClaims, or (mode dra) the extended resource in any container. */}}
 {{- define "vgpu-dra.webhookPodConditions" -}}
 matchConditions:
   - name: may-use-a-vgpu
     expression: >-
-      (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0) ||
+      (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)
+      {{- if include "vgpu-dra.webhookExtendedResource" . }} ||
       object.spec.containers.exists(c, {{ include "vgpu-dra.usesExtendedResource" . }}) ||
       (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {{ include "vgpu-dra.usesExtendedResource" . }}))
+      {{- end }}
 {{- end }}

@@ -96,7 +96,7 @@ type Plugin struct {
 	observer   sync.WaitGroup
 	kick       chan struct{} // wakes the observer loop (a peer left)
 	stopping   atomic.Bool
-	usage            *usage.Sampler // nil when usage metrics are off
+	usage      *usage.Sampler // nil when usage metrics are off
 
 	healthAddr  net.Addr
 	metricsAddr net.Addr

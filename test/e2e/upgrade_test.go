@@ -149,14 +149,16 @@ func TestUpgradeWithoutGap(t *testing.T) {
 	if checks == 0 {
 		t.Error("the runtime was never inspected")
 	}
-	// A Prepare or CreateContainer that failed shows as a Warning event of its pod (the kubelet
-	// then retries after a back-off): there must be none.
+	// A Prepare or CreateContainer that failed shows as a kubelet's Warning event of its pod
+	// (FailedPrepareDynamicResources, Failed, BackOff: the kubelet then retries after a back-off):
+	// there must be none.
 	events, err := kube.CoreV1().Events(testNS).List(context.Background(), metav1.ListOptions{FieldSelector: "type=Warning"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range events.Items {
-		if strings.HasPrefix(e.InvolvedObject.Name, "upgrade-") && !e.LastTimestamp.Before(&since) {
+		fromKubelet := e.Source.Component == "kubelet" || e.ReportingController == "kubelet"
+		if fromKubelet && strings.HasPrefix(e.InvolvedObject.Name, "upgrade-") && !e.LastTimestamp.Before(&since) {
 			t.Errorf("pod %s: %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
 		}
 	}

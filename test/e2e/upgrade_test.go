@@ -158,7 +158,11 @@ func TestUpgradeWithoutGap(t *testing.T) {
 	}
 	for _, e := range events.Items {
 		fromKubelet := e.Source.Component == "kubelet" || e.ReportingController == "kubelet"
-		if fromKubelet && strings.HasPrefix(e.InvolvedObject.Name, "upgrade-") && !e.LastTimestamp.Before(&since) {
+		when := e.LastTimestamp.Time
+		if when.IsZero() {
+			when = e.EventTime.Time
+		}
+		if fromKubelet && strings.HasPrefix(e.InvolvedObject.Name, "upgrade-") && !when.Before(since.Time) {
 			t.Errorf("pod %s: %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
 		}
 	}

@@ -30,6 +30,10 @@ const (
 	// checkpoint (a format newer than it reads: only the owner changing it helps).
 	retryAfterCalledOff  = time.Second
 	retryAfterUnreadable = 30 * time.Second
+	// retryAfterFailedTakeOver caps the wait after this instance took the lock and failed to
+	// build the owner's parts (a bad configuration of the new version, most likely): each try
+	// costs the old owner a pause.
+	retryAfterFailedTakeOver = 5 * time.Minute
 	// takeLockTimeout bounds the successor's wait for the lock the owner said it released.
 	takeLockTimeout = 2 * time.Second
 	// marksLinger is how long after a takeover the new owner still reads its predecessor's
@@ -218,7 +222,7 @@ func (s handoverSuccessor) TakeOver(ctx context.Context) (handover.Took, error) 
 				err = p.becomeOwner(lock, p.nriIndex(), metrics.EventTookOver)
 				p.roleMu.Unlock()
 				if err != nil {
-					return handover.Took{}, err
+					return handover.Took{}, &takeOverError{err}
 				}
 				s.record()
 				p.step("owner")
@@ -248,6 +252,12 @@ func (s handoverSuccessor) record() {
 	p.state.expecting = false
 	p.state.tookAt = time.Now()
 }
+
+// takeOverError is a failure to build the owner's parts after the lock changed hands: the old
+// owner takes the node back, and asking again soon would only cost it another pause.
+type takeOverError struct{ error }
+
+func (e *takeOverError) Unwrap() error { return e.error }
 
 // tryOwn takes the node if the lock is free (the owner exited or died) and reports whether this
 // instance owns it now. A failure to build the owner's parts is fatal to the process: nobody
@@ -395,9 +405,14 @@ func (p *Plugin) observe() {
 			client.Close()
 			client = nil
 		}
-		if unreadable {
+		var failed *takeOverError
+		switch {
+		case unreadable:
 			wait = retryAfterUnreadable
-		} else {
+		case errors.As(err, &failed):
+			wait = max(retryAfterUnreadable, backoff)
+			backoff = min(2*wait, retryAfterFailedTakeOver)
+		default:
 			wait = backoff
 			backoff = min(2*backoff, 10*time.Second)
 		}

@@ -144,6 +144,8 @@ func (p *Plugin) draInterceptor(ctx context.Context, req any, info *grpc.UnarySe
 	if !ok || call.claims(req) == 0 {
 		return handler(ctx, req)
 	}
+	p.kubeletCalls.Add(1)
+	defer p.kubeletCalls.Add(-1)
 	for {
 		d, done, err := p.draGate.Enter(ctx)
 		if err != nil {
@@ -170,6 +172,19 @@ func (p *Plugin) draInterceptor(ctx context.Context, req any, info *grpc.UnarySe
 			return nil, status.Error(codes.Unavailable, "the node's vGPU plugin owner does not answer: "+err.Error())
 		case <-time.After(forwardRetry):
 		}
+	}
+}
+
+// kubeletCallsWait bounds how long Stop waits for the kubelet's calls in flight before it stops
+// the helper: stopping its gRPC server cuts them, and the kubelet retries a cut call only after
+// a back-off.
+const kubeletCallsWait = 5 * time.Second
+
+// waitKubeletCalls waits, at most kubeletCallsWait, until no Prepare or Unprepare is in flight
+// in this instance (served here or forwarded).
+func (p *Plugin) waitKubeletCalls() {
+	for end := time.Now().Add(kubeletCallsWait); p.kubeletCalls.Load() > 0 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -89,14 +89,16 @@ type Plugin struct {
 	term       atomic.Pointer[ownerTerm]
 	helper     *kubeletplugin.Helper // started by the first term, kept for the process's life
 	retiredOld []*ownerTerm          // terms handed over: their registries answer what they took
-	// inHandover counts the handovers in progress (Stop lets them finish).
-	inHandover atomic.Int32
-	stateMu    sync.Mutex
-	state      observerState
-	observer   sync.WaitGroup
-	kick       chan struct{} // wakes the observer loop (a peer left)
-	stopping   atomic.Bool
-	usage      *usage.Sampler // nil when usage metrics are off
+	// inHandover counts the handovers in progress (Stop lets them finish); kubeletCalls the
+	// kubelet's Prepare and Unprepare calls in flight (Stop lets them finish too).
+	inHandover   atomic.Int32
+	kubeletCalls atomic.Int32
+	stateMu      sync.Mutex
+	state        observerState
+	observer     sync.WaitGroup
+	kick         chan struct{} // wakes the observer loop (a peer left)
+	stopping     atomic.Bool
+	usage        *usage.Sampler // nil when usage metrics are off
 
 	healthAddr  net.Addr
 	metricsAddr net.Addr
@@ -284,6 +286,12 @@ func (p *Plugin) Stop() {
 	}
 	p.cancel(errors.New("plugin stopping"))
 	p.observer.Wait()
+	if !p.Owner() {
+		// An instance that handed the node over forwards what still reaches it; the kubelet
+		// sends it nothing new once the new owner is connected. Its calls in flight finish
+		// before its sockets go (the kubelet would fail them when the socket went).
+		p.waitKubeletCalls()
+	}
 	p.roleMu.Lock()
 	defer p.roleMu.Unlock()
 	if p.helper != nil {

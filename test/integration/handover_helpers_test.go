@@ -128,6 +128,10 @@ type registeredPlugin struct {
 	endpoint string
 	conn     *grpc.ClientConn
 	dra      drapb.DRAPluginClient
+	// avoided: the kubelet no longer sends this instance calls (a newer one is connected);
+	// inflight counts the calls it still has.
+	avoided  bool
+	inflight sync.WaitGroup
 }
 
 func startRollingKubelet(t *testing.T, n *node) *rollingKubelet {
@@ -203,18 +207,38 @@ func (k *rollingKubelet) registered() int {
 	return len(k.regs)
 }
 
-// pick is a registered instance at random.
-func (k *rollingKubelet) pick() *registeredPlugin {
+// pick is a registered instance at random, counted in flight until done.
+func (k *rollingKubelet) pick() (*registeredPlugin, func()) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var all []*registeredPlugin
 	for _, r := range k.regs {
-		all = append(all, r)
+		if !r.avoided {
+			all = append(all, r)
+		}
 	}
 	if len(all) == 0 {
-		return nil
+		return nil, func() {}
 	}
-	return all[rand.IntN(len(all))]
+	r := all[rand.IntN(len(all))]
+	r.inflight.Add(1)
+	return r, r.inflight.Done
+}
+
+// avoid makes the kubelet send the instance of podUID no more calls and waits for those it has:
+// what the kubelet does once a newer registration of the driver is connected, long before the
+// DaemonSet deletes the old pod (the new one must be Ready first).
+func (k *rollingKubelet) avoid(n *node, podUID string) {
+	sock := n.registrationSocket(podUID)
+	k.mu.Lock()
+	r := k.regs[sock]
+	if r != nil {
+		r.avoided = true
+	}
+	k.mu.Unlock()
+	if r != nil {
+		r.inflight.Wait()
+	}
 }
 
 // call sends one request to an instance; a connection to an instance that has just gone
@@ -222,12 +246,13 @@ func (k *rollingKubelet) pick() *registeredPlugin {
 // falls back to a connected registration.
 func (k *rollingKubelet) call(do func(drapb.DRAPluginClient) error) error {
 	for range 50 {
-		r := k.pick()
+		r, done := k.pick()
 		if r == nil {
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
 		err := do(r.dra)
+		done()
 		if status.Code(err) == codes.Unavailable {
 			if _, statErr := os.Stat(r.endpoint); statErr != nil {
 				time.Sleep(20 * time.Millisecond)

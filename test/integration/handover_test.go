@@ -232,7 +232,10 @@ func TestHandoverWhilePodsStart(t *testing.T) {
 	if got := readiness(t, old); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("the old instance's readiness after the handover: %v, want NOT_SERVING", got)
 	}
-	old.Stop() // the DaemonSet deletes the old pod
+	// The kubelet prefers the new registration once it is connected; then the DaemonSet deletes
+	// the old pod.
+	k.avoid(n, podOld)
+	old.Stop()
 	eventually(t, 30*time.Second, "the kubelet to drop the old instance", func() bool { return k.registered() == 1 })
 	ch.waitMore(6)
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,9 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	k8stesting "k8s.io/client-go/testing"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
@@ -279,10 +278,10 @@ func TestNRITimeoutRollsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	released := make(chan struct{})
-	n.kube.PrependReactor("get", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+	var once sync.Once
+	n.onClaimGet(func() {
 		time.Sleep(450 * time.Millisecond)
-		close(released)
-		return false, nil, nil
+		once.Do(func() { close(released) })
 	})
 	ctx := t.Context()
 	if err := n.nri.runPod(ctx, second); err != nil {

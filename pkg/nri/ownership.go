@@ -71,10 +71,21 @@ func (p *Plugin) owner() (Ownership, Decisions) {
 // that the previous owner adjusted an instant ago may not be in the view yet — its
 // PostCreateContainer, which adds it, may still be on its way. Call it before Enter answers
 // owner.
+//
+// An instance the runtime has not synchronized with yet (it took a free lock right after it
+// started) has an empty view: the cache stays unsynchronized — the registry answers RETRY — and
+// the first Synchronize builds it, as it does at a plain start.
 func (p *Plugin) Own(claims Claims) int {
 	p.mu.Lock()
 	p.claims = claims
 	p.mu.Unlock()
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
+	if !p.view.replayed() {
+		p.ownOnSync = true
+		p.logger.Info("Owning the node before the runtime synchronized with this instance: the container cache waits for its Synchronize")
+		return 0
+	}
 	pods, ctrs := p.view.snapshot()
 	instances := p.rebuild(pods, ctrs)
 	p.logger.Info("Rebuilt the container cache from the runtime's events", "vgpuContainers", len(instances))

@@ -234,3 +234,49 @@ func TestCreateContainerFailsWhenOwnershipIsUndecided(t *testing.T) {
 		t.Errorf("plain container: %v %v", adj, err)
 	}
 }
+
+// TestOwnBeforeTheFirstSynchronize: an instance that takes the node before the runtime has
+// synchronized with it (the old pod exited as the new one started) knows no container yet. Its
+// cache must stay unsynchronized — the registry answers RETRY, not NOT_FOUND for a container the
+// node runs — and the runtime's first Synchronize must build it, even when it arrives before the
+// rest of the plugin says this instance owns the node.
+func TestOwnBeforeTheFirstSynchronize(t *testing.T) {
+	c := testClaim(claimA, gpu0)
+	old := newFixture(t, c)
+	p := pod(podA)
+	ctr := vgpuContainer("c1", p, "app", c, true)
+	adj, err := old.create(p, ctr)
+	if err != nil || adj == nil {
+		t.Fatalf("CreateContainer = %v, %v", adj, err)
+	}
+	running := adjusted(ctr, adj)
+	running.State, running.Pid = api.ContainerState_CONTAINER_RUNNING, 4242
+	old.fakePID(4242, "0::/kubepods/pod"+podA+"/c1\n")
+
+	succ := NewPlugin(Config{Layout: old.layout, ProcRoot: old.proc}, old.claims, newFixture(t).metrics, old.plugin.logger)
+	own := &switchOwnership{} // the plugin's gates still say observer
+	succ.SetOwnership(own, &memDecisions{marked: map[string]bool{}})
+	if n := succ.Own(old.claims); n != 0 {
+		t.Fatalf("Own before any Synchronize rebuilt %d containers from an empty view", n)
+	}
+	if succ.Cache().Synced() {
+		t.Fatal("the cache is synced before the runtime synchronized: the registry would answer NOT_FOUND for running containers")
+	}
+	if _, err := succ.Synchronize(context.Background(), []*api.PodSandbox{p}, []*api.Container{running}); err != nil {
+		t.Fatal(err)
+	}
+	if !succ.Cache().Synced() {
+		t.Fatal("the first Synchronize after Own left the cache unsynced")
+	}
+	if in, ok := succ.Cache().Lookup(podA, "app"); !ok || in.ContainerID != "c1" || in.PID != 4242 {
+		t.Fatalf("lookup after the first Synchronize = %+v, %v; want c1 with PID 4242", in, ok)
+	}
+	// Only that first Synchronize: a later one while the plugin says observer (the instance
+	// handed the node on) leaves the cache alone.
+	if _, err := succ.Synchronize(context.Background(), []*api.PodSandbox{p}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := succ.Cache().Lookup(podA, "app"); !ok {
+		t.Error("an observer's Synchronize rebuilt the cache")
+	}
+}

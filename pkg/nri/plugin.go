@@ -56,6 +56,12 @@ type Plugin struct {
 	onSynced  func() // the Supervisor's notification of a good session
 	ownership Ownership
 	decisions Decisions
+
+	// ownMu orders Own and Synchronize's choice between owner and observer; ownOnSync is set
+	// when this instance became the owner before the runtime's first Synchronize reached it:
+	// that Synchronize builds the cache, whatever the ownership says at that instant.
+	ownMu     sync.Mutex
+	ownOnSync bool
 }
 
 // NewPlugin returns the hooks over claims, with an empty, unsynchronized cache.

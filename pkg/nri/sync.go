@@ -25,9 +25,13 @@ import (
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containers []*api.Container) ([]*api.ContainerUpdate, error) {
 	start := time.Now()
 	defer p.observe(metrics.HookSynchronize, start)
-	p.view.replace(pods, containers)
 	ownership, _ := p.owner()
-	if ownership.Owns() {
+	p.ownMu.Lock()
+	p.view.replace(pods, containers)
+	owns := ownership.Owns() || p.ownOnSync
+	p.ownOnSync = false
+	p.ownMu.Unlock()
+	if owns {
 		instances := p.rebuild(pods, containers)
 		removed := p.removeStaleDirs(instances)
 		p.logger.Info("Synchronized with the NRI runtime", "pods", len(pods), "containers", len(containers), "vgpuContainers", len(instances), "staleDirsRemoved", removed)

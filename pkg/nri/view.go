@@ -17,6 +17,9 @@ type runtimeView struct {
 	mu   sync.Mutex
 	pods map[string]*api.PodSandbox // by sandbox ID
 	ctrs map[string]*api.Container  // vGPU containers by ID
+	// synchronized: a Synchronize's replay reached this instance. Until then the view is
+	// empty whatever the node runs, and a cache built from it would answer NOT_FOUND.
+	synchronized bool
 }
 
 func newRuntimeView() *runtimeView {
@@ -30,6 +33,7 @@ func isVGPU(ctr *api.Container) bool { return parseEnv(ctr.GetEnv()).claimUID !=
 func (v *runtimeView) replace(pods []*api.PodSandbox, ctrs []*api.Container) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.synchronized = true
 	v.pods = make(map[string]*api.PodSandbox, len(pods))
 	v.ctrs = map[string]*api.Container{}
 	for _, c := range ctrs {
@@ -119,6 +123,13 @@ func (v *runtimeView) snapshot() ([]*api.PodSandbox, []*api.Container) {
 		return 0
 	})
 	return pods, ctrs
+}
+
+// replayed reports whether a Synchronize's replay has reached this instance.
+func (v *runtimeView) replayed() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.synchronized
 }
 
 // len is the number of vGPU containers in the view.

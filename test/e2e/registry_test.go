@@ -121,11 +121,13 @@ cat /tmp/probe-$c-$k.log`, cycle, k)
 		if time.Now().After(end) {
 			t.Fatalf("timed out waiting for the old registry socket to go and a new one to appear")
 		}
+		// Back: a socket after the old one went. Not "another inode": on ext4 a socket created
+		// after the old one was removed can get the freed inode's number again.
 		ino, now := inode(hostRegistrySocket), uptime(t)
 		if gone == 0 && ino != oldIno {
 			gone = now
 		}
-		if ino != 0 && ino != oldIno {
+		if gone != 0 && ino != 0 {
 			back = now
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 )
 
@@ -35,27 +34,29 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return results, nil
 }
 
-// unprepareOne removes files first and the checkpoint entry last, so that a crash in between
-// leaves an entry that the next Unprepare (or start-up recovery) completes.
+// unprepareOne removes the files first and the checkpoint record last, so that a crash in
+// between leaves a record that start-up recovery restores and the reconciliation with the API
+// server unprepares. The record's removal is not waited for on disk (RemoveDeferred): the
+// kubelet never asks about an unprepared claim again, and the next write carries it.
 func (d *Driver) unprepareOne(uid string) error {
 	d.status.forget(uid)
 	d.forgetPrepares(uid)
-	if err := d.deps.CDI.Remove(uid); err != nil {
-		return fmt.Errorf("remove CDI spec of claim %s: %w", uid, err)
-	}
-	if err := d.deps.Dirs.RemoveClaim(uid); err != nil {
-		return fmt.Errorf("remove directory of claim %s: %w", uid, err)
-	}
-	if _, ok := d.deps.Checkpoint.Get(uid); !ok {
-		d.deps.Quarantine.clear(uid)
+	err := d.withFiles(func() error {
+		if err := d.deps.CDI.Remove(uid); err != nil {
+			return fmt.Errorf("remove CDI spec of claim %s: %w", uid, err)
+		}
+		d.at(StepUnprepareCDISpec)
+		if err := d.deps.Dirs.RemoveClaim(uid); err != nil {
+			return fmt.Errorf("remove directory of claim %s: %w", uid, err)
+		}
+		d.at(StepUnprepareClaimDir)
 		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
-		delete(data.Claims, uid)
-		return nil
-	}); err != nil {
-		return fmt.Errorf("remove claim %s from checkpoint: %w", uid, err)
-	}
+	d.deps.Checkpoint.RemoveDeferred(uid)
 	d.deps.Quarantine.clear(uid)
+	d.at(StepUnprepareRemoved)
 	return nil
 }

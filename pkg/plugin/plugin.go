@@ -36,6 +36,9 @@ type Deps struct {
 	// DRAListen, when set, creates the listener of the DRA socket instead of the helper
 	// (tests break the helper's gRPC server through it).
 	DRAListen func(ctx context.Context, path string) (net.Listener, error)
+	// AtStep is called at each step of Prepare and Unprepare (driver.Step): the crash tests
+	// kill the process there. Nil outside tests.
+	AtStep func(driver.Step)
 }
 
 // Plugin is a running kubelet plugin: the parts Start built, in the order it built them.
@@ -135,7 +138,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	if p.driver, err = newDriver(ctx, cfg, layout, driverParts{
 		devices: devices, store: p.store, metrics: p.metrics, paths: p.claimPaths(), quarantine: quarantine,
 		simulated: isSimulated(p.gpus), bootID: bootID, onFatal: p.fail,
-		claims: newKubeClaims(deps.KubeClient, cfg.NodeName),
+		claims: newKubeClaims(deps.KubeClient, cfg.NodeName), atStep: deps.AtStep,
 	}); err != nil {
 		return nil, err
 	}
@@ -239,6 +242,13 @@ func (p *Plugin) Stop() {
 		p.registry.Stop()
 		p.registry = nil
 	}
+	if p.store != nil {
+		// The kubelet can no longer call: write the removals of the last Unprepares.
+		if err := p.store.Close(); err != nil {
+			klog.Background().Error(err, "Writing the checkpoint at stop failed; start-up reconciles the claims it still lists")
+		}
+		p.store = nil
+	}
 	if p.ownsGPUs && p.gpus != nil {
 		_ = p.gpus.Close()
 		p.gpus = nil
@@ -247,6 +257,16 @@ func (p *Plugin) Stop() {
 		_ = p.lock.Release()
 		p.lock = nil
 	}
+}
+
+// FlushCheckpoint writes the checkpoint removals that Unprepare deferred (contract §7: the file
+// catches up within a second, or at Stop) and returns when they are durable. Tests read the file
+// after it.
+func (p *Plugin) FlushCheckpoint() error {
+	if p.store == nil {
+		return nil
+	}
+	return p.store.Flush()
 }
 
 // Done is closed when the plugin's context ends.

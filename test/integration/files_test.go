@@ -81,8 +81,15 @@ func (s cdiSpec) mounts(t *testing.T, device string) map[string]string {
 	return nil
 }
 
+// readCheckpoint reads the checkpoint file, once a running plugin has written the removals that
+// Unprepare defers (it would within a second; contract §7).
 func (n *node) readCheckpoint() checkpoint.Data {
 	n.t.Helper()
+	if n.plugin != nil {
+		if err := n.plugin.FlushCheckpoint(); err != nil {
+			n.t.Fatalf("flush checkpoint: %v", err)
+		}
+	}
 	var env struct {
 		Version string          `json:"version"`
 		Data    checkpoint.Data `json:"data"`

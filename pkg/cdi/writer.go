@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
 const (
@@ -25,6 +25,9 @@ type Writer struct {
 	opts      Options
 	gpuVendor string // of GPUCDIKind; empty when unset
 	gpuClass  string
+	// checkSpec has the CDI library's validators check a built spec: validateSpec, which tests
+	// replace to see a refusal through.
+	checkSpec func(*cdispec.Spec) error
 }
 
 // NewWriter checks o and returns a Writer for it. It creates the spec directory when missing
@@ -43,11 +46,11 @@ func NewWriter(o Options) (*Writer, error) {
 	if err := removeStaleTemps(o.SpecDir, o.DriverName); err != nil {
 		return nil, err
 	}
-	return &Writer{opts: o, gpuVendor: vendor, gpuClass: class}, nil
+	return &Writer{opts: o, gpuVendor: vendor, gpuClass: class, checkSpec: validateSpec}, nil
 }
 
-// Write builds the claim's spec, has the CDI library's loader accept it, and puts it in place
-// atomically (temporary file, rename; mode 0644). It is idempotent, as it must be: the kubelet
+// Write builds the claim's spec, has the CDI library's validators accept it (validateSpec), and
+// puts it in place atomically (temporary file, rename; mode 0644). It is idempotent, as it must be: the kubelet
 // retries Prepare and the plugin re-creates specs at start-up. When the file already holds the
 // identical bytes, nothing is written. Cost is O(1) in the number of specs in the directory.
 //
@@ -60,7 +63,11 @@ func (w *Writer) Write(c Claim) error {
 	if err := w.validate(&c); err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(w.buildSpec(&c), "", "  ")
+	spec := w.buildSpec(&c)
+	if err := w.checkSpec(spec); err != nil {
+		return fmt.Errorf("write CDI spec for claim %s: the CDI library refuses the spec: %w", c.UID, err)
+	}
+	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode CDI spec for claim %s: %w", c.UID, err)
 	}
@@ -76,9 +83,9 @@ func (w *Writer) Write(c Claim) error {
 	return nil
 }
 
-// writeValidated writes data to a temporary file next to path, has the CDI library load it, and
-// renames it over path (no fsync: see Write). The temporary name ends in ".tmp", which CDI caches (the runtime's
-// included) do not scan, so they never see a partial or unchecked spec.
+// writeValidated writes data to a temporary file next to path and renames it over path (no
+// fsync: see Write). The temporary name ends in ".tmp", which CDI caches (the runtime's
+// included) do not scan, so they never see a partial spec.
 func writeValidated(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
 	pattern := "." + filepath.Base(path) + ".*.tmp"
@@ -101,11 +108,6 @@ func writeValidated(path string, data []byte) (err error) {
 	}()
 	if err := writeAndClose(f, data); err != nil {
 		return err
-	}
-	// The same loader the runtime uses: parse (unknown fields refused), version, kind, device
-	// names, edits. What it refuses here, the runtime would refuse at container creation.
-	if _, err := cdiapi.ReadSpec(tmp, 0); err != nil {
-		return fmt.Errorf("CDI library refuses the spec: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename into place: %w", err)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -142,18 +143,12 @@ func TestInvalidClaimUIDTouchesNoPath(t *testing.T) {
 	}
 }
 
-// refuseAll is an external spec validator (cdi.SetSpecValidator) that refuses everything.
-type refuseAll struct{}
-
-func (refuseAll) Validate(*cdispec.Spec) error { return errors.New("refused by test validator") }
-
-// What the CDI loader refuses is never renamed into place, and leaves no temporary file.
-func TestWriteRefusedByLoaderLeavesNothing(t *testing.T) {
-	cdiapi.SetSpecValidator(refuseAll{})
-	t.Cleanup(func() { cdiapi.SetSpecValidator(nil) })
+// What the CDI library's validators refuse is never written, and leaves no temporary file.
+func TestWriteRefusedSpecLeavesNothing(t *testing.T) {
 	w := newTestWriter(t, nil)
-	if err := w.Write(nriClaim(gpu0Result())); err == nil {
-		t.Fatal("Write succeeded with a refusing loader")
+	w.checkSpec = func(*cdispec.Spec) error { return errors.New("refused by the test") }
+	if err := w.Write(nriClaim(gpu0Result())); err == nil || !strings.Contains(err.Error(), "refused by the test") {
+		t.Fatalf("Write = %v, want the refusal", err)
 	}
 	if got := specFiles(t, w.opts.SpecDir); len(got) != 0 {
 		t.Errorf("spec dir holds %q after a refused write", got)

@@ -47,8 +47,9 @@ type Store struct {
 	flushPending, closed bool
 
 	// onDisk is the encoded data of the file as this Store last wrote it (nil before its
-	// first write). Only the leader touches it; leadership passes under mu.
+	// first write). Only the leader touches it and enc; leadership passes under mu.
 	onDisk []byte
+	enc    *claimEncoder
 }
 
 // update is one caller's pending mutation and the channel its outcome arrives on.
@@ -115,7 +116,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{path: path, writer: DefaultWriter(), write: fsutil.WriteFileAtomic,
+	s := &Store{path: path, writer: DefaultWriter(), write: fsutil.WriteFileAtomic, enc: newClaimEncoder(),
 		flushDelay: DefaultFlushDelay, afterFunc: func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
 	for _, o := range opts {
 		o(s)
@@ -289,7 +290,7 @@ func apply(mutate func(*Data) error, d *Data) (o outcome) {
 
 // persist writes d to the file unless the file already holds exactly that data.
 func (s *Store) persist(d Data) error {
-	dataBytes, file, err := encode(d, s.writer)
+	dataBytes, file, err := encode(s.enc, d, s.writer)
 	if err != nil {
 		return fmt.Errorf("write checkpoint %s: %w", s.path, err)
 	}

@@ -104,6 +104,7 @@ type Driver struct {
 	dra         *metrics.DRAMetrics
 	status      *statusWriter
 	admitted    *admissions
+	removals    *dirRemovals
 	// fileSlots bounds the claims whose files are being made or removed at once (withFiles).
 	fileSlots chan struct{}
 	// prepares holds, per claim UID, the number of its latest Prepare call, so that the
@@ -134,7 +135,7 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 		byName: map[string]gpu.Device{}, health: newDeviceHealth(), locks: newClaimLocks(),
 		publishKick: make(chan struct{}, 1), dra: metrics.NewDRAMetrics(deps.Metrics.Registry),
 		prepares: map[string]uint64{}, now: deps.Now,
-		admitted: newAdmissions(), fileSlots: make(chan struct{}, fileParallelism),
+		admitted: newAdmissions(), fileSlots: make(chan struct{}, fileParallelism), removals: newDirRemovals(),
 	}
 	if d.now == nil {
 		d.now = time.Now

@@ -141,6 +141,13 @@ func (d *Driver) createAndRecord(ctx context.Context, claim *resourceapi.Resourc
 	defer release()
 	d.at(StepPrepareAdmitted)
 	if err := d.withFiles(func() error {
+		// Unprepared a moment ago and prepared again: its old directory goes first, so that no
+		// container directory of the earlier pods is carried over (removal.go).
+		if d.removals.take(uid) {
+			if err := d.deps.Dirs.RemoveClaim(uid); err != nil {
+				return fmt.Errorf("remove the directory of the claim's earlier preparation: %w", err)
+			}
+		}
 		if err := d.ensureDirs(uid, prepared); err != nil {
 			return err
 		}

@@ -50,6 +50,7 @@ func (d *Driver) Start(ctx context.Context, p Publisher, events <-chan gpu.Healt
 	go d.runPublisher(ctx)
 	d.requestPublish()
 	go d.status.run(ctx)
+	go d.runRemovals(ctx)
 	if events != nil {
 		go d.runHealthEvents(ctx, events)
 	}

@@ -16,18 +16,20 @@ const (
 	StepPrepareCDISpec Step = "prepare-cdi-spec"
 	// StepPrepareRecorded: the checkpoint record is durable; the kubelet has no answer yet.
 	StepPrepareRecorded Step = "prepare-recorded"
-	// StepUnprepareCDISpec: the CDI spec is removed; the directory and the record remain.
+	// StepUnprepareCDISpec: the CDI spec is removed; the record and the directory remain.
 	StepUnprepareCDISpec Step = "unprepare-cdi-spec"
-	// StepUnprepareClaimDir: the claim directory is removed too; the record remains.
-	StepUnprepareClaimDir Step = "unprepare-claim-dir"
-	// StepUnprepareRemoved: the record is removed in memory and not yet on disk (RemoveDeferred).
+	// StepUnprepareRemoved: the record is removed in memory and not yet on disk
+	// (RemoveDeferred); the directory remains; the kubelet is about to be answered.
 	StepUnprepareRemoved Step = "unprepare-removed"
+	// StepUnprepareClaimDir: after the answer, in the background: the claim directory is
+	// removed; the record's removal may not be on disk yet.
+	StepUnprepareClaimDir Step = "unprepare-claim-dir"
 )
 
 // Steps lists every step, for the tests that walk them all.
 var Steps = []Step{
 	StepPrepareAdmitted, StepPrepareClaimDir, StepPrepareCDISpec, StepPrepareRecorded,
-	StepUnprepareCDISpec, StepUnprepareClaimDir, StepUnprepareRemoved,
+	StepUnprepareCDISpec, StepUnprepareRemoved, StepUnprepareClaimDir,
 }
 
 // at calls the step hook, if any.

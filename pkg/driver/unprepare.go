@@ -34,29 +34,22 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return results, nil
 }
 
-// unprepareOne removes the files first and the checkpoint record last, so that a crash in
-// between leaves a record that start-up recovery restores and the reconciliation with the API
-// server unprepares. The record's removal is not waited for on disk (RemoveDeferred): the
-// kubelet never asks about an unprepared claim again, and the next write carries it.
+// unprepareOne removes the CDI spec, then the checkpoint record, and leaves the claim
+// directory to the background (removal.go). The record's removal is not waited for on disk
+// (RemoveDeferred): the kubelet never asks about an unprepared claim again, and the next write
+// carries it. A crash at any point leaves either a record that start-up recovery restores and
+// the reconciliation with the API server unprepares, or files of a claim the checkpoint does
+// not know, which start-up removes.
 func (d *Driver) unprepareOne(uid string) error {
 	d.status.forget(uid)
 	d.forgetPrepares(uid)
-	err := d.withFiles(func() error {
-		if err := d.deps.CDI.Remove(uid); err != nil {
-			return fmt.Errorf("remove CDI spec of claim %s: %w", uid, err)
-		}
-		d.at(StepUnprepareCDISpec)
-		if err := d.deps.Dirs.RemoveClaim(uid); err != nil {
-			return fmt.Errorf("remove directory of claim %s: %w", uid, err)
-		}
-		d.at(StepUnprepareClaimDir)
-		return nil
-	})
-	if err != nil {
-		return err
+	if err := d.withFiles(func() error { return d.deps.CDI.Remove(uid) }); err != nil {
+		return fmt.Errorf("remove CDI spec of claim %s: %w", uid, err)
 	}
+	d.at(StepUnprepareCDISpec)
 	d.deps.Checkpoint.RemoveDeferred(uid)
 	d.deps.Quarantine.clear(uid)
 	d.at(StepUnprepareRemoved)
+	d.removals.add(uid)
 	return nil
 }

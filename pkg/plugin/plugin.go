@@ -242,8 +242,17 @@ func (p *Plugin) Stop() {
 		p.registry.Stop()
 		p.registry = nil
 	}
+	if p.driver != nil {
+		// The kubelet can no longer call: finish the directory removals of the last Unprepares
+		// (what is left after the wait, start-up removes).
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultNRIDrainTimeout)
+		if err := p.driver.WaitRemovals(ctx); err != nil {
+			klog.Background().Error(err, "Claim directories are left to remove; the next start removes them")
+		}
+		cancel()
+	}
 	if p.store != nil {
-		// The kubelet can no longer call: write the removals of the last Unprepares.
+		// Write the removals of the last Unprepares.
 		if err := p.store.Close(); err != nil {
 			klog.Background().Error(err, "Writing the checkpoint at stop failed; start-up reconciles the claims it still lists")
 		}
@@ -259,10 +268,15 @@ func (p *Plugin) Stop() {
 	}
 }
 
-// FlushCheckpoint writes the checkpoint removals that Unprepare deferred (contract §7: the file
-// catches up within a second, or at Stop) and returns when they are durable. Tests read the file
-// after it.
-func (p *Plugin) FlushCheckpoint() error {
+// Settle returns once what Unprepare leaves to the background is done: the claim directories
+// removed and the checkpoint's removals written (contract §7: within a second, or at Stop).
+// Tests look at the disk after it.
+func (p *Plugin) Settle(ctx context.Context) error {
+	if p.driver != nil {
+		if err := p.driver.WaitRemovals(ctx); err != nil {
+			return fmt.Errorf("wait for the removal of unprepared claims' directories: %w", err)
+		}
+	}
 	if p.store == nil {
 		return nil
 	}

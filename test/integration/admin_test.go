@@ -78,7 +78,7 @@ func TestAdminAccess(t *testing.T) {
 	}
 
 	k.unprepare(t, mon)
-	if err := n.plugin.FlushCheckpoint(); err != nil {
+	if err := n.plugin.Settle(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(mustRead(t, filepath.Join(n.cfg.KubeletDir, "plugins", driverName, "checkpoint.json")), &envelope); err != nil || envelope.Version != checkpoint.VersionV1 {

@@ -27,11 +27,12 @@ import (
 )
 
 // TestCrashAtEachStep: the plugin, in a child process, is SIGKILLed at each step of Prepare and
-// Unprepare (driver.Steps: between two changes to the disk). A plugin started on what the kill
-// left must find the disk and the checkpoint consistent — every recorded claim complete with
-// its CDI spec and its claim tmpfs, and no spec, directory, mount or temporary file of a claim
-// it does not know — and the kubelet's retry must then succeed. A claim prepared before, on
-// another GPU, is untouched throughout.
+// Unprepare (driver.Steps: between two changes to the disk, the last one in the background after
+// the kubelet's answer). A plugin started on what the kill left must find the disk and the
+// checkpoint consistent — every recorded claim complete with its CDI spec and its claim tmpfs,
+// and no spec, directory, mount or temporary file of a claim it does not know — and the
+// kubelet's retry must then succeed; a claim the kubelet was told is unprepared must go without
+// one. A claim prepared before, on another GPU, is untouched throughout.
 func TestCrashAtEachStep(t *testing.T) {
 	for _, step := range driver.Steps {
 		t.Run(string(step), func(t *testing.T) { crashAt(t, step) })
@@ -53,13 +54,18 @@ func crashAt(t *testing.T, step driver.Step) {
 
 	child := startCrashingPlugin(t, n, step, a, bystander)
 	k = n.register()
+	// The claim directory is removed in the background, after the kubelet has its answer.
+	afterAnswer := step == driver.StepUnprepareClaimDir
 	var err error
 	if unprepareStep {
 		_, err = k.tryUnprepare(a)
 	} else {
 		_, err = k.tryPrepare(a)
 	}
-	if err == nil {
+	switch {
+	case afterAnswer && err != nil:
+		t.Fatalf("Unprepare: %v", err)
+	case !afterAnswer && err == nil:
 		t.Fatalf("the kubelet got an answer although the plugin was to be killed at %s", step)
 	}
 	if got := child.line(30 * time.Second); got != "crash at "+string(step) {
@@ -69,21 +75,25 @@ func crashAt(t *testing.T, step driver.Step) {
 		t.Fatalf("child ended with %v, want SIGKILL", err)
 	}
 
-	// The kubelet was told that Unprepare succeeded just before the crash: it never asks again.
-	// The claim the checkpoint still lists is unprepared by the start-up reconciliation once the
-	// API server no longer has it.
-	answeredUnprepare := step == driver.StepUnprepareRemoved
-	if answeredUnprepare {
+	// The kubelet was told that Unprepare succeeded (or was about to be, at the last step before
+	// the answer): it never asks again. A claim the checkpoint still lists (its removal was not
+	// written yet) is unprepared by the start-up reconciliation once the API server no longer
+	// has it; otherwise start-up removes what is left of it.
+	answered := step == driver.StepUnprepareRemoved || afterAnswer
+	if answered {
 		if err := n.kube.ResourceV1().ResourceClaims(a.Namespace).Delete(t.Context(), a.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	n.start()
-	if answeredUnprepare {
+	if answered {
 		deadline := time.Now().Add(20 * time.Second)
-		for counterValue(t, n, "vgpu_dra_reconciled_claims_total", "reason", "deleted") != 1 {
+		for {
+			if _, ok := n.readCheckpoint().Claims[string(a.UID)]; !ok && !exists(n.claimDir(string(a.UID))) {
+				break
+			}
 			if time.Now().After(deadline) {
-				t.Fatal("the start-up reconciliation did not unprepare the claim the crash left in the checkpoint")
+				t.Fatal("start-up and the reconciliation left the claim the kubelet had unprepared")
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -97,7 +107,7 @@ func crashAt(t *testing.T, step driver.Step) {
 
 	k = n.register()
 	switch {
-	case answeredUnprepare:
+	case answered:
 	case unprepareStep:
 		k.unprepare(t, a)
 	default:

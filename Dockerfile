@@ -2,10 +2,11 @@
 # carries every binary; the chart runs each from it by command.
 # It cannot be built on this project's CI machines (no Docker engine, no registry): there,
 # hack/images.sh assembles the same filesystem layout from host files. Keep the two in step:
-#   /usr/local/bin/vgpu-kubelet-plugin    (the DaemonSet)
-#   /usr/local/bin/vgpu-webhook           (the admission webhook's Deployment; runs as UID 65532)
-#   /usr/local/bin/vgpu-registry-client   (debugging aid)
-#   /usr/local/lib/vgpu-dra/libvgpu.so    (installed into the host state dir by the plugin)
+#   /usr/local/bin/<every binary of cmd/>  (vgpu-kubelet-plugin and vgpu-device-plugin: the chart
+#                                          runs one of them per node by its command; vgpu-webhook:
+#                                          the admission webhook's Deployment, as UID 65532;
+#                                          vgpu-registry-client: a debugging aid)
+#   /usr/local/lib/vgpu-dra/libvgpu.so   (installed into the host state dir by the plugin)
 ARG GO_VERSION=1.26
 FROM golang:${GO_VERSION}-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends cmake && rm -rf /var/lib/apt/lists/*

@@ -30,8 +30,6 @@ source "${HACK_DIR}/lib/start.sh"
 readonly HOST_DIRS_THE_CLUSTER_MAY_CREATE=("${KUBELET_DIR}" /var/log/pods /var/log/containers
   /var/lib/cni /run/containerd "$(dirname "${NRI_SOCKET}")" "${CDI_DIRS[@]}" "${PLUGIN_STATE_DIR}")
 
-kubectl_admin() { "${CLUSTER_BIN}/kubectl" --kubeconfig "${KUBECONFIG_ADMIN}" "$@"; }
-
 check_prerequisites() {
   local bin missing=() port
   "${HACK_DIR}/install-cluster-deps.sh"
@@ -122,21 +120,6 @@ start_controllers() {
     --leader-elect=false --bind-address 127.0.0.1 --secure-port "${SCHEDULER_PORT}" --profiling=false
   wait_until kube-controller-manager "kube-controller-manager is healthy" local_healthz_ok "${CONTROLLER_MANAGER_PORT}"
   wait_until kube-scheduler "kube-scheduler is healthy" local_healthz_ok "${SCHEDULER_PORT}"
-}
-
-node_ready() {
-  [[ "$(kubectl_admin get node "${NODE_NAME}" \
-    -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]]
-}
-
-start_kubelet() {
-  local ip="$1"
-  mkdir -p "${KUBELET_DIR}"
-  start_component kubelet --config "${CONFIG_DIR}/kubelet.yaml" \
-    --kubeconfig "${CONFIG_DIR}/kubelet.kubeconfig" --root-dir "${KUBELET_DIR}" \
-    --hostname-override "${NODE_NAME}" --node-ip "${ip}" --v=2
-  wait_until kubelet "kubelet is healthy" curl -fsS --max-time 3 "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz"
-  wait_until kubelet "node ${NODE_NAME} is Ready" node_ready
 }
 
 start_kube_proxy() {

@@ -1,6 +1,9 @@
 package checkpoint
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // view is one published state for readers (see Store.view).
 type view struct {
@@ -51,7 +54,9 @@ func (s *Store) flushLater() {
 	s.mu.Lock()
 	s.flushPending = false
 	s.mu.Unlock()
-	if err := s.Flush(); err != nil {
+	// A sealed store writes nothing more (Seal wrote every removal made before it); Unseal
+	// schedules again what is left.
+	if err := s.Flush(); err != nil && !errors.Is(err, ErrSealed) {
 		s.mu.Lock()
 		if !s.flushPending && !s.closed {
 			s.flushPending = true

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -251,5 +252,43 @@ func TestCloseFlushesAndStopsScheduling(t *testing.T) {
 	}
 	if _, ok := openStore(t, path).Get(uidB); ok {
 		t.Error("Flush did not write the removal")
+	}
+}
+
+// TestSealWritesDeferredRemovals: the next owner reads the file Seal leaves (contract §14), so
+// a claim unprepared before the fence must not be in it; a flush scheduled before the seal
+// writes nothing and schedules no other, and Unseal schedules what a sealed store kept.
+func TestSealWritesDeferredRemovals(t *testing.T) {
+	path := checkpointPath(t)
+	var wc writeCounter
+	s, m := openDeferred(t, path, &wc)
+	if err := s.Update(func(d *Data) error { d.Claims[uidA] = fullClaim(); d.Claims[uidB] = adminClaim(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.RemoveDeferred(uidA)
+	if err := s.Seal(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := Load(path); err != nil {
+		t.Fatal(err)
+	} else if len(d.Claims) != 1 {
+		t.Fatalf("the sealed file holds %d claims, want 1 (the removal written)", len(d.Claims))
+	}
+	writes := wc.count()
+	s.RemoveDeferred(uidB) // nothing should unprepare after the fence; if it does, the file stays
+	m.run(0)
+	if m.scheduled() != 1 {
+		t.Errorf("%d flushes scheduled, want the sealed store's to stop", m.scheduled())
+	}
+	if wc.count() != writes {
+		t.Error("a sealed store wrote the file")
+	}
+	s.Unseal()
+	if m.scheduled() != 2 {
+		t.Fatalf("%d flushes scheduled after Unseal, want the kept removal's", m.scheduled())
+	}
+	m.run(1)
+	if d, _ := Load(path); len(d.Claims) != 0 {
+		t.Errorf("after Unseal the flush left %d claims in the file", len(d.Claims))
 	}
 }

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -50,7 +51,16 @@ type Store struct {
 	// first write). Only the leader touches it and enc; leadership passes under mu.
 	onDisk []byte
 	enc    *claimEncoder
+
+	// sealed refuses every Update with ErrSealed (Seal); idle is closed whenever no batch is
+	// being committed, so that Seal can wait for the last one.
+	sealed bool
+	idle   chan struct{}
 }
+
+// ErrSealed is Update's error on a store that Seal handed over to another instance (contract
+// §14): the file belongs to the next owner, and this process must not write it again.
+var ErrSealed = errors.New("checkpoint handed over to another plugin instance; this one no longer writes it")
 
 // update is one caller's pending mutation and the channel its outcome arrives on.
 type update struct {
@@ -117,7 +127,8 @@ func Open(path string, opts ...Option) (*Store, error) {
 		}
 	}
 	s := &Store{path: path, writer: DefaultWriter(), write: fsutil.WriteFileAtomic, enc: newClaimEncoder(),
-		flushDelay: DefaultFlushDelay, afterFunc: func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
+		flushDelay: DefaultFlushDelay, afterFunc: func(d time.Duration, f func()) { time.AfterFunc(d, f) },
+		idle: closedChan()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -171,8 +182,15 @@ func (s *Store) Snapshot() Data {
 func (s *Store) Update(mutate func(*Data) error) error {
 	u := &update{mutate: mutate, done: make(chan outcome, 1)}
 	s.mu.Lock()
+	if s.sealed {
+		s.mu.Unlock()
+		return fmt.Errorf("update checkpoint %s: %w", s.path, ErrSealed)
+	}
 	s.queue = append(s.queue, u)
 	lead := !s.leading
+	if lead {
+		s.idle = make(chan struct{})
+	}
 	s.leading = true
 	s.mu.Unlock()
 	if !lead {
@@ -208,6 +226,7 @@ func (s *Store) lead(self *update) outcome {
 		next = s.queue[0]
 	} else {
 		s.leading = false
+		close(s.idle)
 	}
 	s.mu.Unlock()
 	if next != nil {
@@ -350,4 +369,71 @@ func (s *Store) Range(fn func(uid string, c *Claim)) {
 		}
 		fn(uid, &c)
 	}
+}
+
+// Seal stops this store from writing the file: every later Update fails with ErrSealed, and
+// Seal returns once the updates already queued are committed (or ctx ends, with its error and
+// the store unsealed again). After Seal the file on disk is final for this process: the next
+// owner opens it (contract §14, the handover's fence).
+//
+// The removals RemoveDeferred made are written first: the next owner reads the file, and a
+// claim this instance unprepared must not be in it. The caller has stopped everything that
+// unprepares (the handover's gates, the reconciliation), so the loop ends at once.
+func (s *Store) Seal(ctx context.Context) error {
+	var idle chan struct{}
+	for {
+		if err := s.Flush(); err != nil {
+			return fmt.Errorf("seal checkpoint %s: %w", s.path, err)
+		}
+		s.mu.Lock()
+		if len(s.view.Load().removed) == 0 {
+			s.sealed = true
+			idle = s.idle
+			s.mu.Unlock()
+			break
+		}
+		s.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("seal checkpoint %s: %w", s.path, context.Cause(ctx))
+		}
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		s.Unseal()
+		return fmt.Errorf("seal checkpoint %s: updates still being written: %w", s.path, context.Cause(ctx))
+	}
+}
+
+// Unseal lets Update write again (a handover that was called off before the file changed hands).
+func (s *Store) Unseal() {
+	s.mu.Lock()
+	s.sealed = false
+	if len(s.view.Load().removed) > 0 && !s.flushPending && !s.closed {
+		s.flushPending = true
+		s.afterFunc(s.flushDelay, s.flushLater)
+	}
+	s.mu.Unlock()
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// Load reads and checks the checkpoint at path without taking it over: unlike Open it removes
+// nothing (a temporary file may be the owner's write in progress) and returns the data, not a
+// store. A successor uses it to learn, before it asks for the node, whether it can read what the
+// owner wrote (contract §14): the errors are Open's (*CorruptError, *VersionError).
+func Load(path string) (Data, error) {
+	content, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Data{Claims: map[string]Claim{}}, nil
+	case err != nil:
+		return Data{}, fmt.Errorf("read checkpoint %s: %w", path, err)
+	}
+	return decode(path, content)
 }

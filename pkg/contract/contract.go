@@ -16,8 +16,17 @@ const (
 	CheckpointFile = "checkpoint.json"
 	// InstanceLockFile is the instance lock's name inside the kubelet plugin data directory.
 	InstanceLockFile = "instance.lock"
+	// HandoverSocketName is the owner's handover socket in the kubelet plugin data directory
+	// (contract §14).
+	HandoverSocketName = "handover.sock"
+	// NRIDecisionsDir holds the owner's per-container NRI decision marks while a successor is
+	// registered with NRI, in the kubelet plugin data directory (contract §14).
+	NRIDecisionsDir = "nri-decided"
 	// DefaultGPUCDIKind is the CDI kind of the NVIDIA Container Toolkit's per-GPU devices.
 	DefaultGPUCDIKind = "nvidia.com/gpu"
+	// DefaultLibrarySource is where the plugin image carries libvgpu.so (contract §10), from
+	// which both plugins install it into <state>/lib.
+	DefaultLibrarySource = "/usr/local/lib/vgpu-dra/libvgpu.so"
 )
 
 // Paths inside a vGPU container (contract §3–§4).
@@ -33,6 +42,9 @@ const (
 	RegistrySocketName = "registry.sock"
 	// PIDsConfigName is the PID list's name inside a container's config directory (contract §6).
 	PIDsConfigName = "pids.config"
+	// LedgerFileName is libvgpu.so's memory ledger inside a container's vmem_node directory
+	// (contract §4a; library/src/ledger.h). The plugin only reads it, for its metrics.
+	LedgerFileName = "ledger.v2"
 )
 
 // Environment variables set through CDI (contract §3) and NRI (contract §4).

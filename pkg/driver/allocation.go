@@ -122,17 +122,7 @@ func (d *Driver) checkCapacity(prepared iter.Seq2[string, []checkpoint.Device], 
 	type use struct{ mem, cores int64 }
 	used := map[string]use{}
 	add := func(dev checkpoint.Device) {
-		if dev.AdminAccess {
-			return
-		}
-		g := d.byName[dev.Device]
-		mem, cores := dev.MemoryBytes, dev.Cores
-		if mem == 0 {
-			mem = publishedMemory(g, d.cfg.MemoryReserve)
-		}
-		if cores == 0 {
-			cores = coresTotal
-		}
+		mem, cores := takenBy(dev, publishedMemory(d.byName[dev.Device], d.cfg.MemoryReserve))
 		u := used[dev.GPUUUID]
 		used[dev.GPUUUID] = use{u.mem + mem, u.cores + cores}
 	}

@@ -86,6 +86,10 @@ type Deps struct {
 	// AtStep is called at each Step of Prepare and Unprepare (steps.go); tests only, nil in
 	// production.
 	AtStep func(Step)
+	// DRAMetrics are the driver's metrics on Metrics.Registry; made there when nil. A process
+	// that builds a driver again (it took the node back after a handover) passes the first's:
+	// a registry takes each metric once.
+	DRAMetrics *metrics.DRAMetrics
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -133,9 +137,12 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	d := &Driver{
 		cfg: cfg, deps: deps, devices: deps.Devices,
 		byName: map[string]gpu.Device{}, health: newDeviceHealth(), locks: newClaimLocks(),
-		publishKick: make(chan struct{}, 1), dra: metrics.NewDRAMetrics(deps.Metrics.Registry),
+		publishKick: make(chan struct{}, 1), dra: deps.DRAMetrics,
 		prepares: map[string]uint64{}, now: deps.Now,
 		admitted: newAdmissions(), fileSlots: make(chan struct{}, fileParallelism), removals: newDirRemovals(),
+	}
+	if d.dra == nil {
+		d.dra = metrics.NewDRAMetrics(deps.Metrics.Registry)
 	}
 	if d.now == nil {
 		d.now = time.Now

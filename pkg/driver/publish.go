@@ -46,15 +46,25 @@ func (t PublishTiming) withDefaults() PublishTiming {
 // waits for the API server (the helper syncs an informer), and a plugin that cannot reach it
 // yet should still answer the kubelet and its probes, and shut down promptly on SIGTERM.
 func (d *Driver) Start(ctx context.Context, p Publisher, events <-chan gpu.HealthEvent) {
+	d.StartPublishing(ctx, p, events)
+	d.StartStatusWriter(ctx)
+}
+
+// StartPublishing is Start without the claim status writer: what an owner of the node runs, and
+// stops when it hands the node over (contract §14), while the status writes it queued for the
+// claims it prepared go on (StartStatusWriter, on a context of their own).
+func (d *Driver) StartPublishing(ctx context.Context, p Publisher, events <-chan gpu.HealthEvent) {
 	d.publisher = p
 	go d.runPublisher(ctx)
 	d.requestPublish()
-	go d.status.run(ctx)
 	go d.runRemovals(ctx)
 	if events != nil {
 		go d.runHealthEvents(ctx, events)
 	}
 }
+
+// StartStatusWriter writes the claims' device status in the background until ctx ends.
+func (d *Driver) StartStatusWriter(ctx context.Context) { go d.status.run(ctx) }
 
 // requestPublish asks the publishing loop to publish the current state; it never blocks.
 func (d *Driver) requestPublish() {

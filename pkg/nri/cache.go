@@ -251,6 +251,18 @@ func (c *Cache) stopPod(podUID string) []Instance {
 	return out
 }
 
+// learn inserts an instance the cache does not hold yet, without the checks of add: the
+// previous owner already decided the container (Plugin.learn). false when the ID is known.
+func (c *Cache) learn(in Instance) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.byID[in.ContainerID]; ok {
+		return false
+	}
+	c.insertLocked(in)
+	return true
+}
+
 // replace swaps the whole content for instances (in creation order) and marks the cache
 // synced.
 func (c *Cache) replace(instances []Instance) {

@@ -43,6 +43,10 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, nil
 	}
 	if !p.inflight.enter() {
+		// An instance that does not own the node has nothing to answer: the owner decides.
+		if ownership, _ := p.owner(); !ownership.Owns() {
+			return nil, nil, nil
+		}
 		// Shutting down: the connection closes once the requests in flight are answered, and a
 		// request that comes now would be in flight then. Failing it is safe (the kubelet
 		// retries the container; the next plugin instance answers); creating it without us is
@@ -51,6 +55,21 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, errDraining
 	}
 	defer p.inflight.leave()
+	// Another instance may own the node, or be taking it over (contract §14): only the owner
+	// decides, and it decides once even when ownership moves between its call and the other
+	// instance's.
+	ownership, decisions := p.owner()
+	owner, done, err := ownership.Enter(ctx)
+	if err != nil {
+		p.metrics.Failures.WithLabelValues(metrics.HookCreateContainer).Inc()
+		return nil, nil, err
+	}
+	defer done()
+	// The mark of an instance called before this one is read (and removed) whatever this one is.
+	if taken := decisions.Taken(ctr.GetId()); !owner || taken {
+		return nil, nil, nil
+	}
+	decisions.Record(ctr.GetId())
 	generation := p.cache.Generation()
 	start := time.Now()
 	defer p.observe(metrics.HookCreateContainer, start)
@@ -84,7 +103,7 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 			return nil, reject(contract.RejectInvalidValue, "%v", err)
 		}
 	}
-	claim, ok := p.claims.Prepared(uid)
+	claim, ok := p.claimSource().Prepared(uid)
 	if !ok || !claim.Completed {
 		return nil, reject(contract.RejectClaimNotPrepared, "claim %s is not prepared on this node", uid)
 	}
@@ -96,7 +115,7 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	}
 	devices := cdiDevices(ctr)
 	if len(devices) > 0 {
-		if err := checkCollisions(p.cfg.DriverName, p.claims, devices); err != nil {
+		if err := checkCollisions(p.cfg.DriverName, p.claimSource(), devices); err != nil {
 			return nil, err
 		}
 		if !slices.Contains(devices, claim.CommonCDIDevice) {
@@ -190,7 +209,7 @@ func (p *Plugin) checkReserved(ctx context.Context, claim Claim, podUID string) 
 	}
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.RefreshTimeout)
 	defer cancel()
-	reserved, err := p.claims.ReservedFor(rctx, claim.UID)
+	reserved, err := p.claimSource().ReservedFor(rctx, claim.UID)
 	if err != nil {
 		return fmt.Errorf("read claim %s to check that pod %s is reserved for it: %w", claimRef(claim), podUID, err)
 	}

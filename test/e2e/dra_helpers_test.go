@@ -163,16 +163,32 @@ func checkStatusWriters(t *testing.T, claim *resourceapi.ResourceClaim, node str
 	t.Logf("an entry of another pool: %v", err)
 }
 
-// checkExamples creates every object of deployments/examples/*.yaml (Namespaces left out) in
-// the feature namespace with a server-side dry run: the API server's validation and admission
-// accept the manifests the README shows.
+// checkExamples creates every object of deployments/examples/*.yaml (Namespaces left out) in a
+// namespace of its own: the claims and claim templates for real (vgpu-webhook looks a Pod's
+// claims up, and a dry-run claim is not stored), then every Pod with a server-side dry run. So
+// the API server's validation and the whole admission chain accept the manifests the README
+// shows. The namespace goes at the end; nothing in it was ever allocated.
 func checkExamples(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(repoRoot, "deployments", "examples", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("examples: %v %v", files, err)
 	}
-	dry := []string{metav1.DryRunAll}
 	ctx := context.Background()
+	ns := featNS + "-examples"
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{resourceapi.DRAAdminNamespaceLabelKey: "true"}}}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete namespace %s: %v", ns, err)
+		}
+	})
+	type object struct {
+		file, kind string
+		raw        []byte
+	}
+	var claims, pods []object
 	for _, f := range files {
 		content, err := os.ReadFile(f)
 		if err != nil {
@@ -190,32 +206,43 @@ func checkExamples(t *testing.T) {
 			if err := json.Unmarshal(raw.Raw, &meta); err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
-			var createErr error
+			o := object{file: filepath.Base(f), kind: meta.Kind, raw: raw.Raw}
 			switch meta.Kind {
 			case "Namespace":
-				continue
-			case "ResourceClaim":
-				var o resourceapi.ResourceClaim
-				mustUnmarshal(t, raw.Raw, &o)
-				o.Namespace = featNS
-				_, createErr = kube.ResourceV1().ResourceClaims(featNS).Create(ctx, &o, metav1.CreateOptions{DryRun: dry})
-			case "ResourceClaimTemplate":
-				var o resourceapi.ResourceClaimTemplate
-				mustUnmarshal(t, raw.Raw, &o)
-				o.Namespace = featNS
-				_, createErr = kube.ResourceV1().ResourceClaimTemplates(featNS).Create(ctx, &o, metav1.CreateOptions{DryRun: dry})
+			case "ResourceClaim", "ResourceClaimTemplate":
+				claims = append(claims, o)
 			case "Pod":
-				var o corev1.Pod
-				mustUnmarshal(t, raw.Raw, &o)
-				o.Namespace = featNS
-				_, createErr = kube.CoreV1().Pods(featNS).Create(ctx, &o, metav1.CreateOptions{DryRun: dry})
+				pods = append(pods, o)
 			default:
-				t.Errorf("%s: kind %s is not checked here", filepath.Base(f), meta.Kind)
-			}
-			if createErr != nil {
-				t.Errorf("%s: the API server refuses a %s: %v", filepath.Base(f), meta.Kind, createErr)
+				t.Errorf("%s: kind %s is not checked here", o.file, meta.Kind)
 			}
 		}
+	}
+	for _, o := range append(claims, pods...) {
+		var err error
+		switch o.kind {
+		case "ResourceClaim":
+			var c resourceapi.ResourceClaim
+			mustUnmarshal(t, o.raw, &c)
+			c.Namespace = ns
+			_, err = kube.ResourceV1().ResourceClaims(ns).Create(ctx, &c, metav1.CreateOptions{})
+		case "ResourceClaimTemplate":
+			var c resourceapi.ResourceClaimTemplate
+			mustUnmarshal(t, o.raw, &c)
+			c.Namespace = ns
+			_, err = kube.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, &c, metav1.CreateOptions{})
+		case "Pod":
+			var p corev1.Pod
+			mustUnmarshal(t, o.raw, &p)
+			p.Namespace = ns
+			_, err = kube.CoreV1().Pods(ns).Create(ctx, &p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		}
+		if err != nil {
+			t.Errorf("%s: the API server refuses a %s: %v", o.file, o.kind, err)
+		}
+	}
+	if len(pods) == 0 {
+		t.Errorf("no Pod among the examples")
 	}
 }
 

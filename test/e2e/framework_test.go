@@ -100,6 +100,13 @@ func mustRun(t testing.TB, tool string, args ...string) string {
 // and the webhook.
 func installChart(t testing.TB, extra ...string) {
 	t.Helper()
+	installChartFor(t, "kubelet-plugin", extra...)
+}
+
+// installChartFor is installChart for the plugin DaemonSet <release>-<daemonset> that the
+// values install ("kubelet-plugin" or "device-plugin").
+func installChartFor(t testing.TB, daemonset string, extra ...string) {
+	t.Helper()
 	args := append([]string{"upgrade", "--install", release, filepath.Join(repoRoot, "deployments/helm/vgpu-dra"),
 		"--namespace", pluginNS, "--create-namespace", "--wait", "--timeout", "3m",
 		"--set", "deviceSource=simulated:dgx-h200:1", "--set", "gpuInjection=none", "--set", "gpuCDIKind=",
@@ -109,7 +116,7 @@ func installChart(t testing.TB, extra ...string) {
 	// node and maxUnavailable 1 that is none. Wait for the plugin pod itself; its startup probe
 	// passes only once the kubelet has registered the driver, so a claim prepared after this
 	// does not fail with "driver not registered" (and then sit in the kubelet's backoff).
-	mustRun(t, "kubectl", "-n", pluginNS, "rollout", "status", "daemonset/"+release+"-kubelet-plugin", "--timeout=2m")
+	mustRun(t, "kubectl", "-n", pluginNS, "rollout", "status", "daemonset/"+release+"-"+daemonset, "--timeout=2m")
 	waitWebhookSettled(t)
 }
 

@@ -49,6 +49,8 @@ type runtimeContainer struct {
 	Name   string // io.kubernetes.container.name label
 	Env    map[string]string
 	Mounts map[string]string // destination → source
+	// Repeated are the mount destinations the spec lists more than once.
+	Repeated []string
 }
 
 // runningContainers lists the containers whose task is running, with their OCI spec's env and
@@ -92,6 +94,9 @@ func runningContainers() ([]runtimeContainer, error) {
 			rc.Env[k] = v
 		}
 		for _, m := range c.Spec.Mounts {
+			if _, seen := rc.Mounts[m.Destination]; seen {
+				rc.Repeated = append(rc.Repeated, m.Destination)
+			}
 			rc.Mounts[m.Destination] = m.Source
 		}
 		list = append(list, rc)
@@ -120,6 +125,23 @@ func unadjustedVGPUContainers(list []runtimeContainer) []string {
 		if len(missing) > 0 {
 			slices.Sort(missing)
 			bad = append(bad, fmt.Sprintf("%s/%s (%s) lacks %s", c.Pod, c.Name, c.ID[:12], strings.Join(missing, ", ")))
+		}
+	}
+	return bad
+}
+
+// duplicateVGPUMounts returns, for every running vGPU container, the vGPU mount destinations its
+// spec has more than once: a container adjusted by two plugin instances (contract §14).
+func duplicateVGPUMounts(list []runtimeContainer) []string {
+	var bad []string
+	for _, c := range list {
+		if c.Env["MANAGER_VGPU_CLAIM_UID"] == "" {
+			continue
+		}
+		for _, dest := range c.Repeated {
+			if strings.HasPrefix(dest, "/etc/vgpu-dra/") || strings.HasPrefix(dest, "/tmp/.v") {
+				bad = append(bad, fmt.Sprintf("%s/%s (%s) has %s twice", c.Pod, c.Name, c.ID[:12], dest))
+			}
 		}
 	}
 	return bad

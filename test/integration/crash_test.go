@@ -245,7 +245,7 @@ func crashingPluginChild() error {
 	if err := json.Unmarshal([]byte(os.Getenv("VGPU_PLUGIN_CLAIMS")), &claims); err != nil {
 		return err
 	}
-	gpus, err := gpu.NewSimulated("dgx-h200", 2)
+	gpus, err := gpu.NewSimulated("dgx-h200", 2, nodeName)
 	if err != nil {
 		return err
 	}

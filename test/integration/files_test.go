@@ -45,7 +45,7 @@ func (n *node) readSpec(claimUID string) cdiSpec {
 }
 
 // env returns the env of one CDI device of the spec as a map; a missing device fails the test.
-func (s cdiSpec) env(t *testing.T, device string) map[string]string {
+func (s cdiSpec) env(t testing.TB, device string) map[string]string {
 	t.Helper()
 	for _, d := range s.Devices {
 		if d.Name == device {

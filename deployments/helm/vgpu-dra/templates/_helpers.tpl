@@ -20,6 +20,49 @@ app.kubernetes.io/component: kubelet-plugin
 {{ include "vgpu-dra.fullname" . }}-kubelet-plugin
 {{- end -}}
 
+{{- define "vgpu-dra.devicePluginSelectorLabels" -}}
+app.kubernetes.io/name: vgpu-dra
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: device-plugin
+{{- end -}}
+
+{{- define "vgpu-dra.devicePluginServiceAccount" -}}
+{{ include "vgpu-dra.fullname" . }}-device-plugin
+{{- end -}}
+
+{{/* runsDRA / runsDevicePlugin: "true" when the mode installs that plugin on some nodes. */}}
+{{- define "vgpu-dra.runsDRA" -}}
+{{- if has .Values.mode (list "dra" "per-node") }}true{{ end -}}
+{{- end -}}
+{{- define "vgpu-dra.runsDevicePlugin" -}}
+{{- if has .Values.mode (list "device-plugin" "per-node") }}true{{ end -}}
+{{- end -}}
+
+{{/*
+vgpu-dra.affinity: the user's affinity, and in mode per-node the node label that picks the
+plugin ANDed into every required node selector term. Call with (dict "root" $ "operator" "In"|"NotIn").
+*/}}
+{{- define "vgpu-dra.affinity" -}}
+{{- $root := .root -}}
+{{- $aff := deepCopy ($root.Values.affinity | default dict) -}}
+{{- if eq $root.Values.mode "per-node" -}}
+{{- $expr := dict "key" $root.Values.modeLabel "operator" .operator "values" (list "device-plugin") -}}
+{{- $na := get $aff "nodeAffinity" | default dict -}}
+{{- $req := get $na "requiredDuringSchedulingIgnoredDuringExecution" | default dict -}}
+{{- $terms := get $req "nodeSelectorTerms" | default (list (dict)) -}}
+{{- $merged := list -}}
+{{- range $terms -}}
+{{- $t := deepCopy . -}}
+{{- $_ := set $t "matchExpressions" (append (get $t "matchExpressions" | default list) $expr) -}}
+{{- $merged = append $merged $t -}}
+{{- end -}}
+{{- $_ := set $req "nodeSelectorTerms" $merged -}}
+{{- $_ := set $na "requiredDuringSchedulingIgnoredDuringExecution" $req -}}
+{{- $_ := set $aff "nodeAffinity" $na -}}
+{{- end -}}
+{{- if $aff }}{{ toYaml $aff }}{{ end -}}
+{{- end -}}
+
 {{- define "vgpu-dra.featureGates" -}}
 {{- $gates := list -}}
 {{- range $k, $v := .Values.featureGates -}}
@@ -48,6 +91,16 @@ app.kubernetes.io/component: webhook
 {{ include "vgpu-dra.webhookName" . }}.{{ .Release.Namespace }}.svc
 {{- end -}}
 
+{{/*
+webhookExtendedResource: the extended resource the webhook treats as a vGPU served through DRA,
+in mode dra only. In mode device-plugin the device plugin serves it (no NRI plugin runs, so the
+required-plugins annotation would make containerd refuse every such container); in mode per-node
+the scheduler picks the node, so admission cannot tell which plugin will serve it.
+*/}}
+{{- define "vgpu-dra.webhookExtendedResource" -}}
+{{- if eq .Values.mode "dra" }}{{ .Values.driverName }}/vgpu{{ end -}}
+{{- end -}}
+
 {{/* CEL: the container asks for the DeviceClass's extended resource. */}}
 {{- define "vgpu-dra.usesExtendedResource" -}}
 has(c.resources) && ((has(c.resources.limits) && '{{ .Values.driverName }}/vgpu' in c.resources.limits) || (has(c.resources.requests) && '{{ .Values.driverName }}/vgpu' in c.resources.requests))
@@ -72,12 +125,14 @@ namespaceSelector:
       values: [{{ .Release.Namespace | quote }}, "kube-system"]
 {{- end }}
 
-{{/* Pods that may use a vGPU: resourceClaims, or the extended resource in any container. */}}
+{{/* Pods that may use a vGPU: resourceClaims, or (mode dra) the extended resource in any container. */}}
 {{- define "vgpu-dra.webhookPodConditions" -}}
 matchConditions:
   - name: may-use-a-vgpu
     expression: >-
-      (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0) ||
+      (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)
+      {{- if include "vgpu-dra.webhookExtendedResource" . }} ||
       object.spec.containers.exists(c, {{ include "vgpu-dra.usesExtendedResource" . }}) ||
       (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {{ include "vgpu-dra.usesExtendedResource" . }}))
+      {{- end }}
 {{- end }}

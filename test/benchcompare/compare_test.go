@@ -38,6 +38,7 @@ type round struct {
 	cpuPerCycle                    float64         // seconds of the driver's CPU per Prepare+Unprepare
 	apiPerClaim                    float64         // API requests per claim prepared and unprepared
 	rssIdle, rss100, rss800, peak  float64         // MiB
+	anonIdle, fileIdle             float64         // MiB: RssAnon and RssFile of rssIdle
 	threads                        float64         // after the workers' burst
 }
 
@@ -101,7 +102,8 @@ func runRound(b *testing.B, api *apiServer, kube kubernetes.Interface, d *driver
 	time.Sleep(time.Second)
 	var r round
 	ok := mustOf(b)
-	r.rssIdle = mib(p.stats(b).rssKiB)
+	st := p.stats(b)
+	r.rssIdle, r.anonIdle, r.fileIdle = mib(st.rssKiB), mib(st.anonKiB), mib(st.fileKiB)
 	for _, c := range d.claims[held-warmup:] {
 		ok(k.prepare(c))
 		ok(k.unprepare(c))

@@ -92,9 +92,10 @@ func (p *proc) tail() string {
 
 // procStats are what /proc says of a process at one moment.
 type procStats struct {
-	rssKiB, hwmKiB int64   // VmRSS, VmHWM
-	threads        int64   // Threads
-	cpu            float64 // utime + stime, seconds
+	rssKiB, hwmKiB   int64   // VmRSS, VmHWM
+	anonKiB, fileKiB int64   // RssAnon (heap, stacks), RssFile (the executable's pages)
+	threads          int64   // Threads
+	cpu              float64 // utime + stime, seconds
 }
 
 func (p *proc) stats(b *testing.B) procStats {
@@ -116,6 +117,10 @@ func (p *proc) stats(b *testing.B) procStats {
 			st.rssKiB = n
 		case "VmHWM":
 			st.hwmKiB = n
+		case "RssAnon":
+			st.anonKiB = n
+		case "RssFile":
+			st.fileKiB = n
 		case "Threads":
 			st.threads = n
 		}

@@ -27,6 +27,8 @@ var measures = []measure{
 	{"workers-unprepare", fmt.Sprintf("%d calls from %d workers: unprepare wall", burst, burstWorkers), "ms", func(r round) float64 { return ms(r.workerUnprepare) }},
 	{"cpu-cycle", "CPU per Prepare + Unprepare", "ms", func(r round) float64 { return r.cpuPerCycle * 1000 }},
 	{"rss-idle", "RSS idle", "MiB", func(r round) float64 { return r.rssIdle }},
+	{"rss-idle-anon", "RSS idle: anonymous (heap, stacks)", "MiB", func(r round) float64 { return r.anonIdle }},
+	{"rss-idle-file", "RSS idle: file-backed (the executable)", "MiB", func(r round) float64 { return r.fileIdle }},
 	{"rss-100", "RSS, 100 claims prepared", "MiB", func(r round) float64 { return r.rss100 }},
 	{"rss-800", fmt.Sprintf("RSS, %d claims prepared", held), "MiB", func(r round) float64 { return r.rss800 }},
 	{"rss-peak", "RSS peak (VmHWM)", "MiB", func(r round) float64 { return r.peak }},

@@ -13,6 +13,10 @@
 # it never runs next to an e2e suite on this machine. Needs root: our plugin mounts a tmpfs per
 # claim, and the CDI dirs are a tmpfs as on a node.
 #
+# BENCH_COMPARE_PERF=1 records a CPU profile of the whole machine while the benchmark runs (perf
+# record -a -g) into _output/bench/compare.perf.data and prints each driver's top functions:
+# both drivers' CPU in the same run, with their callers (perf report --comm ... -G).
+#
 # BENCH_COMPARE_ROUNDS (default 3) sets the rounds. BENCH_COMPARE_SELECT picks the benchmarks
 # (default ^BenchmarkCompare$; make bench-throughput runs ^BenchmarkPodThroughput$, the control
 # plane's pod throughput with vGPU claims against plain pods, README "Cluster settings").
@@ -76,12 +80,28 @@ main() {
   local select="${BENCH_COMPARE_SELECT:-^BenchmarkCompare\$}" out="${BENCH_OUT}/compare.txt"
   [[ "${select}" == '^BenchmarkCompare$' ]] || out="${BENCH_OUT}/throughput.txt"
   log "running test/benchcompare ${select} (${BENCH_COMPARE_ROUNDS:-3} rounds, interleaved)"
+  local profile=()
+  if [[ -n "${BENCH_COMPARE_PERF:-}" ]]; then
+    command -v perf >/dev/null || die "BENCH_COMPARE_PERF needs perf (Debian: linux-perf)"
+    profile=(perf record -q -a -g -F 499 -o "${BENCH_OUT}/compare.perf.data" --)
+  fi
   (cd "${REPO_ROOT}/test/benchcompare" &&
     VGPU_BENCH_CLUSTER_BIN="${CLUSTER_BIN}" VGPU_BENCH_TEST_DRIVER="${test_driver}" VGPU_BENCH_PLUGIN="${plugin}" \
       VGPU_BENCH_PIDS="${PIDS_FILE}" VGPU_BENCH_ROUNDS="${BENCH_COMPARE_ROUNDS:-3}" \
-      "${BENCH_OUT}/benchcompare.test" -test.run '^$' -test.bench "${select}" -test.benchtime 1x -test.v -test.timeout 60m) |
+      "${profile[@]}" "${BENCH_OUT}/benchcompare.test" -test.run '^$' -test.bench "${select}" -test.benchtime 1x -test.v -test.timeout 60m) |
     tee "${out}"
-  (cd "${REPO_ROOT}/hack/tools" && go run ./cmd/benchsummary -measured-only -targets ../bench-targets.txt "${out}")
+  if [[ -n "${BENCH_COMPARE_PERF:-}" ]]; then
+    local comm
+    # The kernel's command names, cut to 15 characters.
+    for comm in vgpu-kubelet-pl dra-test-driver kube-apiserver etcd; do
+      log "CPU profile of ${comm} (self time, top 25; callers: perf report -i ${BENCH_OUT}/compare.perf.data --comm ${comm} -G)"
+      perf report -q -i "${BENCH_OUT}/compare.perf.data" --comm "${comm}" --no-children --sort symbol --stdio -g none 2>/dev/null | head -25
+    done
+  fi
+  # make bench prints one table of every target at its end; alone, the rows measured here.
+  if [[ -z "${BENCH_COMPARE_NO_SUMMARY:-}" ]]; then
+    (cd "${REPO_ROOT}/hack/tools" && go run ./cmd/benchsummary -measured-only -targets ../bench-targets.txt "${out}")
+  fi
 }
 
 main "$@"

@@ -7,7 +7,7 @@ GO_PACKAGES := ./...
 # Short: unix socket paths in tests must stay under ~100 bytes.
 export TMPDIR ?= /tmp
 
-.PHONY: all build test-deps test test-go test-tools test-monitoring test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz fuzz-long bench bench-go bench-library clean
+.PHONY: all build test-deps test test-go test-tools test-monitoring test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz fuzz-long bench bench-go bench-library bench-compare bench-throughput bench-summary clean
 .PHONY: cluster-bins cluster-up cluster-down e2e demo bench-webhook
 
 all: build
@@ -68,6 +68,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(GO_PACKAGES)
 	$(GO) vet -tags e2e ./test/e2e/
+	$(GO) vet -tags benchcompare ./test/benchcompare/
 	hack/check-readme-layout.sh
 	@for m in . hack/tools; do \
 	  if ! out=$$(cd $$m && GOFLAGS= $(GO) mod tidy -diff 2>&1); then \
@@ -89,11 +90,36 @@ fuzz-long:
 	$(GO) test ./pkg/contract -run '^$$' -fuzz '^FuzzParseContainerConfig$$' -fuzztime $(FUZZ_LONG_TIME)
 	hack/fuzz-library.sh $(FUZZ_LONG_TIME)
 
-## bench: benchmarks that print ratios against baselines measured in the same run.
-bench: bench-go bench-library
+## bench: benchmarks that print ratios against baselines measured in the same run, then one table
+## of every target of hack/bench-targets.txt with its ratio and PASS/MISS (bench-summary). Includes
+## bench-compare, which needs root and the cluster's etcd and kube-apiserver (built and cached by
+## make cluster-bins on first use). Figures: docs/performance.md.
+BENCH_OUT := $(OUTPUT)/bench
+bench:
+	@rm -f $(BENCH_OUT)/go.txt $(BENCH_OUT)/compare.txt
+	$(MAKE) --no-print-directory bench-go bench-library
+	BENCH_COMPARE_NO_SUMMARY=1 hack/bench-compare.sh
+	@$(MAKE) --no-print-directory bench-summary
 
 bench-go:
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m $(GO_PACKAGES)
+	@mkdir -p $(BENCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m $(GO_PACKAGES) | tee $(BENCH_OUT)/go.txt
+
+## bench-compare (outside CI): our plugin and Kubernetes' e2e DRA test driver side by side through
+## one kubelet-protocol harness against one real API server, interleaved (hack/bench-compare.sh).
+bench-compare:
+	hack/bench-compare.sh
+
+## bench-throughput (outside CI): pods bound per second by the control plane, vGPU pods against
+## plain pods, at the controller-manager's and scheduler's default and raised client QPS, on 25
+## simulated nodes (test/benchcompare; README "Cluster settings that bound vGPU pod throughput").
+bench-throughput:
+	BENCH_COMPARE_SELECT='^BenchmarkPodThroughput$$' hack/bench-compare.sh
+
+## bench-summary: the targets table from the last bench-go and bench-compare outputs.
+bench-summary:
+	@echo; echo "== performance targets (hack/bench-targets.txt) =="
+	@cd hack/tools && $(GO) run ./cmd/benchsummary -targets ../bench-targets.txt $(BENCH_OUT)/go.txt $(BENCH_OUT)/compare.txt
 
 bench-library:
 	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo

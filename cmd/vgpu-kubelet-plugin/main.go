@@ -68,7 +68,12 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		p, err := plugin.Start(ctx, cfg, plugin.Deps{KubeClient: kube})
+		// A second client, with a rate limiter of its own, for the writes off the kubelet's path.
+		background, err := f.common.KubeClient(cfg.NodeName)
+		if err != nil {
+			return err
+		}
+		p, err := plugin.Start(ctx, cfg, plugin.Deps{KubeClient: kube, BackgroundClient: background})
 		if err != nil {
 			return err
 		}

@@ -4,8 +4,8 @@
 // (identity env, neutralised image env, and the library, registry and per-claim bind mounts).
 //
 // The spec is built from the CDI library's own types (tags.cncf.io/container-device-interface),
-// and every file is checked by the library's own loader before it is renamed into place, so what
-// the runtime reads is what the library accepts.
+// and checked by the library's own validators before it is written (libcheck.go), so what the
+// runtime reads is what the library accepts.
 //
 // Why no CDI cache: the library's Cache with auto-refresh re-reads and parses every spec in the
 // directory on each write or removal, which turns a burst of n claims into O(n²) work

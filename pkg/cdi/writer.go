@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
 const (
@@ -25,6 +25,9 @@ type Writer struct {
 	opts      Options
 	gpuVendor string // of GPUCDIKind; empty when unset
 	gpuClass  string
+	// checkSpec has the CDI library's validators check a built spec: validateSpec, which tests
+	// replace to see a refusal through.
+	checkSpec func(*cdispec.Spec) error
 }
 
 // NewWriter checks o and returns a Writer for it. It creates the spec directory when missing
@@ -43,19 +46,28 @@ func NewWriter(o Options) (*Writer, error) {
 	if err := removeStaleTemps(o.SpecDir, o.DriverName); err != nil {
 		return nil, err
 	}
-	return &Writer{opts: o, gpuVendor: vendor, gpuClass: class}, nil
+	return &Writer{opts: o, gpuVendor: vendor, gpuClass: class, checkSpec: validateSpec}, nil
 }
 
-// Write builds the claim's spec, has the CDI library's loader accept it, and puts it in place
-// atomically (temporary file, fsync, rename; mode 0644). It is idempotent, as it must be: the
-// kubelet retries Prepare and the plugin re-creates specs at start-up. When the file already
-// holds the identical bytes, nothing is written. Cost is O(1) in the number of specs in the
-// directory.
+// Write builds the claim's spec, has the CDI library's validators accept it (validateSpec), and
+// puts it in place atomically (temporary file, rename; mode 0644). It is idempotent, as it must be: the kubelet
+// retries Prepare and the plugin re-creates specs at start-up. When the file already holds the
+// identical bytes, nothing is written. Cost is O(1) in the number of specs in the directory.
+//
+// There is no fsync: the rename makes the spec whole or absent for every reader and after a
+// crash of the process, and what a power loss could take is re-created anyway — the spec
+// directory is a tmpfs on real nodes (/var/run/cdi), and start-up recovery re-writes the spec of
+// every claim the checkpoint holds (contract §3, §7). An fsync here held one OS thread per claim
+// of a burst for a millisecond each.
 func (w *Writer) Write(c Claim) error {
 	if err := w.validate(&c); err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(w.buildSpec(&c), "", "  ")
+	spec := w.buildSpec(&c)
+	if err := w.checkSpec(spec); err != nil {
+		return fmt.Errorf("write CDI spec for claim %s: the CDI library refuses the spec: %w", c.UID, err)
+	}
+	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode CDI spec for claim %s: %w", c.UID, err)
 	}
@@ -71,9 +83,9 @@ func (w *Writer) Write(c Claim) error {
 	return nil
 }
 
-// writeValidated writes data to a temporary file next to path, has the CDI library load it, and
-// renames it over path. The temporary name ends in ".tmp", which CDI caches (the runtime's
-// included) do not scan, so they never see a partial or unchecked spec.
+// writeValidated writes data to a temporary file next to path and renames it over path (no
+// fsync: see Write). The temporary name ends in ".tmp", which CDI caches (the runtime's
+// included) do not scan, so they never see a partial spec.
 func writeValidated(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
 	pattern := "." + filepath.Base(path) + ".*.tmp"
@@ -94,13 +106,8 @@ func writeValidated(path string, data []byte) (err error) {
 			_ = os.Remove(tmp)
 		}
 	}()
-	if err := writeAndSync(f, data); err != nil {
+	if err := writeAndClose(f, data); err != nil {
 		return err
-	}
-	// The same loader the runtime uses: parse (unknown fields refused), version, kind, device
-	// names, edits. What it refuses here, the runtime would refuse at container creation.
-	if _, err := cdiapi.ReadSpec(tmp, 0); err != nil {
-		return fmt.Errorf("CDI library refuses the spec: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename into place: %w", err)
@@ -132,13 +139,10 @@ func removeStaleTemps(dir, driverName string) error {
 	return errors.Join(errs...)
 }
 
-func writeAndSync(f *os.File, data []byte) error {
+func writeAndClose(f *os.File, data []byte) error {
 	_, err := f.Write(data)
 	if err == nil {
 		err = f.Chmod(specFileMode) // CreateTemp makes 0600; the runtime may not run as root
-	}
-	if err == nil {
-		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -159,6 +163,35 @@ func (w *Writer) Remove(claimUID string) error {
 		return fmt.Errorf("remove CDI spec for claim %s: %w", claimUID, err)
 	}
 	return nil
+}
+
+// ListClaims returns the UIDs of the claims whose spec file this driver's Writer would write
+// (<driver>-claim_<canonical UID>.json) and that exist in the spec directory: start-up removes
+// those the checkpoint does not know, which a crash of Prepare before its checkpoint write
+// leaves behind (contract §7). Other files, other drivers' specs included, are not listed. A
+// missing directory lists nothing.
+func (w *Writer) ListClaims() ([]string, error) {
+	entries, err := os.ReadDir(w.opts.SpecDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list CDI spec directory: %w", err)
+	}
+	// specFileName with an empty UID is "<driver>-claim_.json": the part before and after it.
+	prefix, suffix, _ := strings.Cut(specFileName(w.opts.DriverName, ""), "_")
+	prefix += "_"
+	var uids []string
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		if uid, ok := strings.CutSuffix(rest, suffix); ok && w.SpecPath(uid) != "" {
+			uids = append(uids, uid)
+		}
+	}
+	return uids, nil
 }
 
 // Exists reports whether the claim's spec file is present (it does not check its content).

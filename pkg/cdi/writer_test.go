@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -142,18 +143,12 @@ func TestInvalidClaimUIDTouchesNoPath(t *testing.T) {
 	}
 }
 
-// refuseAll is an external spec validator (cdi.SetSpecValidator) that refuses everything.
-type refuseAll struct{}
-
-func (refuseAll) Validate(*cdispec.Spec) error { return errors.New("refused by test validator") }
-
-// What the CDI loader refuses is never renamed into place, and leaves no temporary file.
-func TestWriteRefusedByLoaderLeavesNothing(t *testing.T) {
-	cdiapi.SetSpecValidator(refuseAll{})
-	t.Cleanup(func() { cdiapi.SetSpecValidator(nil) })
+// What the CDI library's validators refuse is never written, and leaves no temporary file.
+func TestWriteRefusedSpecLeavesNothing(t *testing.T) {
 	w := newTestWriter(t, nil)
-	if err := w.Write(nriClaim(gpu0Result())); err == nil {
-		t.Fatal("Write succeeded with a refusing loader")
+	w.checkSpec = func(*cdispec.Spec) error { return errors.New("refused by the test") }
+	if err := w.Write(nriClaim(gpu0Result())); err == nil || !strings.Contains(err.Error(), "refused by the test") {
+		t.Fatalf("Write = %v, want the refusal", err)
 	}
 	if got := specFiles(t, w.opts.SpecDir); len(got) != 0 {
 		t.Errorf("spec dir holds %q after a refused write", got)
@@ -222,5 +217,46 @@ func TestNewWriterRemovesStaleTemps(t *testing.T) {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("%s was touched: %v", p, err)
 		}
+	}
+}
+
+// TestListClaims lists this driver's specs by claim UID, and nothing else in the directory:
+// another driver's spec, a temporary file, a name that is not a canonical UID, a directory.
+func TestListClaims(t *testing.T) {
+	w := newTestWriter(t, nil)
+	if got, err := w.ListClaims(); err != nil || len(got) != 0 {
+		t.Errorf("ListClaims of a missing directory = %v, %v; want nothing", got, err)
+	}
+	for _, uid := range []string{claimUID, claimUID2} {
+		c := nriClaim(gpu0Result())
+		c.UID = uid
+		if err := w.Write(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := w.opts.SpecDir
+	for _, name := range []string{
+		"other.dra.dev-claim_" + claimUID + ".json",
+		"." + testDriver + "-claim_" + claimUID + ".json.123.tmp",
+		testDriver + "-claim_NOT-A-UID.json",
+		testDriver + "-claim_" + claimUID + ".yaml",
+		"README",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, testDriver+"-claim_"+"0b9d3f2e-6a7c-4f21-9e0d-000000000000.json"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.ListClaims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	want := []string{claimUID, claimUID2}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("ListClaims = %v, want %v", got, want)
 	}
 }

@@ -23,7 +23,9 @@
 // # Reads
 //
 // The store keeps the durable state, what the file on disk holds, as an immutable value
-// behind an atomic pointer. Get and Snapshot deep-copy from it without I/O or locks.
+// behind an atomic pointer, together with the claims removed by RemoveDeferred that no write
+// has carried yet. Get, Snapshot, Find and Range read the durable state less those claims,
+// without I/O or locks (Get and Snapshot deep-copy).
 //
 // # Writes: group commit
 //
@@ -59,4 +61,16 @@
 //
 // Mutations run on the leader's goroutine while others wait: they must be quick, do no I/O
 // and must not call the Store.
+//
+// # Deferred removals
+//
+// Unprepare need not wait for the disk: once the kubelet is told a claim is unprepared it
+// never asks about it again, and a claim that a crash leaves in the file is harmless (start-up
+// recovery restores its files, the reconciliation with the API server unprepares it). So
+// RemoveDeferred takes a claim out of what readers see at once, under mu, and returns. The
+// next batch applies every removal made before it was taken, ahead of its mutations, and
+// writes them with its own (a Prepare's write carries an Unprepare's for free); a removal made
+// while a batch is being written stays pending for the next. When no Update comes, a flush —
+// an empty Update — runs at most the flush delay (DefaultFlushDelay) after the first pending
+// removal, and again after each failed write. Close flushes and schedules no more.
 package checkpoint

@@ -109,12 +109,13 @@ type envelope struct {
 
 // encode returns the data value as written (the checksummed bytes) and the whole file content.
 // The file is assembled by hand rather than by marshalling an envelope with a RawMessage so
-// that no re-encoding can change a byte between the checksum and the file.
-func encode(d Data, writer string) (dataBytes, file []byte, err error) {
+// that no re-encoding can change a byte between the checksum and the file. The data value is
+// encoded by enc, which re-encodes only the claims that changed (encoder.go).
+func encode(enc *claimEncoder, d Data, writer string) (dataBytes, file []byte, err error) {
 	if d.Claims == nil {
 		d.Claims = map[string]Claim{} // the contract shows an object, never null
 	}
-	dataBytes, err = json.Marshal(d)
+	dataBytes, err = enc.encode(d)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode checkpoint data: %w", err)
 	}

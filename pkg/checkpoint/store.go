@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/fsutil"
 )
@@ -29,17 +30,27 @@ type Store struct {
 	// write replaces the file; fsutil.WriteFileAtomic except in tests that count writes.
 	write func(path string, data []byte, perm os.FileMode) error
 
-	// durable is what the file on disk holds. The pointed-to Data is never modified after it
-	// is published; readers deep-copy from it.
-	durable atomic.Pointer[Data]
+	// view is what readers see: the durable state less the claims RemoveDeferred removed and no
+	// write has carried yet. A published view and everything it points to never change; readers
+	// deep-copy from it. It is replaced under mu.
+	view atomic.Pointer[view]
 
 	mu      sync.Mutex
 	queue   []*update // mutations waiting for the next batch, in arrival order
 	leading bool      // a leader is committing a batch; the next one is handed leadership
 
+	// flushDelay is how long a deferred removal may wait for a write to carry it;
+	// afterFunc schedules that write (time.AfterFunc unless a test says otherwise).
+	flushDelay time.Duration
+	afterFunc  func(time.Duration, func())
+	// flushPending: a flush is scheduled; closed: Close ran, nothing more is scheduled. Both
+	// under mu.
+	flushPending, closed bool
+
 	// onDisk is the encoded data of the file as this Store last wrote it (nil before its
-	// first write). Only the leader touches it; leadership passes under mu.
+	// first write). Only the leader touches it and enc; leadership passes under mu.
 	onDisk []byte
+	enc    *claimEncoder
 
 	// sealed refuses every Update with ErrSealed (Seal); idle is closed whenever no batch is
 	// being committed, so that Seal can wait for the last one.
@@ -65,11 +76,27 @@ type outcome struct {
 	panicValue any
 }
 
+// DefaultFlushDelay is how long a removal by RemoveDeferred waits, at most, for a write that
+// carries it: any durable Update within that time does, and costs nothing more.
+const DefaultFlushDelay = time.Second
+
 // Option changes how Open sets up the store.
 type Option func(*Store)
 
 // WithWriter names the writer recorded in the file instead of DefaultWriter.
 func WithWriter(writer string) Option { return func(s *Store) { s.writer = writer } }
+
+// WithFlushDelay sets how long a deferred removal waits, at most, before a write of its own
+// carries it (DefaultFlushDelay otherwise), and the function that schedules that write
+// (time.AfterFunc when nil): tests run it when they choose.
+func WithFlushDelay(delay time.Duration, afterFunc func(time.Duration, func())) Option {
+	return func(s *Store) {
+		s.flushDelay = delay
+		if afterFunc != nil {
+			s.afterFunc = afterFunc
+		}
+	}
+}
 
 // Open loads the checkpoint at path. A missing file is an empty checkpoint; a file that
 // cannot be trusted is a *CorruptError, one in a newer format than this package reads a
@@ -99,32 +126,50 @@ func Open(path string, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{path: path, writer: DefaultWriter(), write: fsutil.WriteFileAtomic, idle: closedChan()}
+	s := &Store{path: path, writer: DefaultWriter(), write: fsutil.WriteFileAtomic, enc: newClaimEncoder(),
+		flushDelay: DefaultFlushDelay, afterFunc: func(d time.Duration, f func()) { time.AfterFunc(d, f) },
+		idle: closedChan()}
 	for _, o := range opts {
 		o(s)
 	}
-	s.durable.Store(&d)
+	s.view.Store(&view{durable: &d})
 	return s, nil
 }
 
 // Path returns the checkpoint file's path.
 func (s *Store) Path() string { return s.path }
 
-// Get returns a copy of the durable record of one claim.
+// Get returns a copy of the record of one claim. A claim that RemoveDeferred removed is gone
+// at once, before a write carries the removal.
 func (s *Store) Get(claimUID string) (Claim, bool) {
-	c, ok := s.durable.Load().Claims[claimUID]
+	c, ok := s.view.Load().get(claimUID)
 	if !ok {
 		return Claim{}, false
 	}
 	return c.DeepCopy(), true
 }
 
-// Len is the number of claims in the durable state, without copying it.
-func (s *Store) Len() int { return len(s.durable.Load().Claims) }
+// Len is the number of claims, without copying them.
+func (s *Store) Len() int {
+	v := s.view.Load()
+	n := len(v.durable.Claims)
+	for uid := range v.removed {
+		if _, ok := v.durable.Claims[uid]; ok {
+			n--
+		}
+	}
+	return n
+}
 
-// Snapshot returns a copy of the durable state: what the file on disk holds.
+// Snapshot returns a copy of the state: what the file on disk holds, less the claims that
+// RemoveDeferred removed and no write has carried yet.
 func (s *Store) Snapshot() Data {
-	return s.durable.Load().DeepCopy()
+	v := s.view.Load()
+	d := v.durable.DeepCopy()
+	for uid := range v.removed {
+		delete(d.Claims, uid)
+	}
+	return d
 }
 
 // Update applies mutate to the state and makes the result durable before it returns nil.
@@ -165,13 +210,15 @@ func (o outcome) result() error {
 }
 
 // lead commits the queued batch, which holds self, hands leadership on and wakes the batch.
+// The batch carries every deferred removal made before it was taken.
 func (s *Store) lead(self *update) outcome {
 	s.mu.Lock()
 	batch := s.queue
 	s.queue = nil
+	removed := s.view.Load().removed
 	s.mu.Unlock()
 
-	results := s.commit(batch)
+	results := s.commit(batch, removed)
 
 	var next *update
 	s.mu.Lock()
@@ -197,11 +244,19 @@ func (s *Store) lead(self *update) outcome {
 	return own
 }
 
-// commit applies a batch in order, each mutation to its own copy, writes the result once and
-// publishes it. It returns each mutation's outcome, in batch order.
-func (s *Store) commit(batch []*update) []outcome {
+// commit applies the deferred removals and then the batch in order, each mutation to its own
+// copy, writes the result once and publishes it. It returns each mutation's outcome, in batch
+// order.
+func (s *Store) commit(batch []*update, removed map[string]struct{}) []outcome {
 	results := make([]outcome, len(batch))
-	working := s.durable.Load()
+	working := s.view.Load().durable
+	if len(removed) > 0 {
+		trial := working.DeepCopy()
+		for uid := range removed {
+			delete(trial.Claims, uid)
+		}
+		working = &trial
+	}
 	var applied []int
 	for i, u := range batch {
 		trial := working.DeepCopy()
@@ -214,7 +269,7 @@ func (s *Store) commit(batch []*update) []outcome {
 		working = &trial
 		applied = append(applied, i)
 	}
-	if len(applied) == 0 {
+	if len(applied) == 0 && len(removed) == 0 {
 		return results
 	}
 	// Publish a copy: whatever the mutations kept references to can never reach the
@@ -226,7 +281,19 @@ func (s *Store) commit(batch []*update) []outcome {
 		}
 		return results
 	}
-	s.durable.Store(&next)
+	s.mu.Lock()
+	// Removals made while the file was written wait for the next write.
+	var still map[string]struct{}
+	for uid := range s.view.Load().removed {
+		if _, carried := removed[uid]; !carried {
+			if still == nil {
+				still = map[string]struct{}{}
+			}
+			still[uid] = struct{}{}
+		}
+	}
+	s.view.Store(&view{durable: &next, removed: still})
+	s.mu.Unlock()
 	return results
 }
 
@@ -242,7 +309,7 @@ func apply(mutate func(*Data) error, d *Data) (o outcome) {
 
 // persist writes d to the file unless the file already holds exactly that data.
 func (s *Store) persist(d Data) error {
-	dataBytes, file, err := encode(d, s.writer)
+	dataBytes, file, err := encode(s.enc, d, s.writer)
 	if err != nil {
 		return fmt.Errorf("write checkpoint %s: %w", s.path, err)
 	}
@@ -263,7 +330,7 @@ var ErrNotPrepared = errors.New("claim is not prepared")
 // writes only when the record says otherwise. Prepare (a repeated call for a second pod) and the
 // NRI plugin (a reservedFor re-read from the API server) both keep the record current through it.
 func (s *Store) SetReservedFor(claimUID string, pods []string) error {
-	if c, ok := s.durable.Load().Claims[claimUID]; ok && slices.Equal(c.ReservedFor, pods) {
+	if c, ok := s.view.Load().get(claimUID); ok && slices.Equal(c.ReservedFor, pods) {
 		return nil
 	}
 	return s.Update(func(d *Data) error {
@@ -278,9 +345,13 @@ func (s *Store) SetReservedFor(claimUID string, pods []string) error {
 }
 
 // Find returns a copy of the first claim (in no particular order) for which match is true.
-// match sees the durable records without a copy: it must not keep or modify them.
+// match sees the records without a copy: it must not keep or modify them.
 func (s *Store) Find(match func(uid string, c *Claim) bool) (string, Claim, bool) {
-	for uid, c := range s.durable.Load().Claims {
+	v := s.view.Load()
+	for uid, c := range v.durable.Claims {
+		if _, gone := v.removed[uid]; gone {
+			continue
+		}
 		if match(uid, &c) {
 			return uid, c.DeepCopy(), true
 		}
@@ -288,15 +359,44 @@ func (s *Store) Find(match func(uid string, c *Claim) bool) (string, Claim, bool
 	return "", Claim{}, false
 }
 
+// Range calls fn for every claim, in no particular order, without copying: fn must not keep or
+// modify what it is given. Prepare's capacity check reads every claim through it.
+func (s *Store) Range(fn func(uid string, c *Claim)) {
+	v := s.view.Load()
+	for uid, c := range v.durable.Claims {
+		if _, gone := v.removed[uid]; gone {
+			continue
+		}
+		fn(uid, &c)
+	}
+}
+
 // Seal stops this store from writing the file: every later Update fails with ErrSealed, and
 // Seal returns once the updates already queued are committed (or ctx ends, with its error and
 // the store unsealed again). After Seal the file on disk is final for this process: the next
 // owner opens it (contract §14, the handover's fence).
+//
+// The removals RemoveDeferred made are written first: the next owner reads the file, and a
+// claim this instance unprepared must not be in it. The caller has stopped everything that
+// unprepares (the handover's gates, the reconciliation), so the loop ends at once.
 func (s *Store) Seal(ctx context.Context) error {
-	s.mu.Lock()
-	s.sealed = true
-	idle := s.idle
-	s.mu.Unlock()
+	var idle chan struct{}
+	for {
+		if err := s.Flush(); err != nil {
+			return fmt.Errorf("seal checkpoint %s: %w", s.path, err)
+		}
+		s.mu.Lock()
+		if len(s.view.Load().removed) == 0 {
+			s.sealed = true
+			idle = s.idle
+			s.mu.Unlock()
+			break
+		}
+		s.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("seal checkpoint %s: %w", s.path, context.Cause(ctx))
+		}
+	}
 	select {
 	case <-idle:
 		return nil
@@ -310,6 +410,10 @@ func (s *Store) Seal(ctx context.Context) error {
 func (s *Store) Unseal() {
 	s.mu.Lock()
 	s.sealed = false
+	if len(s.view.Load().removed) > 0 && !s.flushPending && !s.closed {
+		s.flushPending = true
+		s.afterFunc(s.flushDelay, s.flushLater)
+	}
 	s.mu.Unlock()
 }
 

@@ -4,14 +4,16 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
-// State is where a claim stands in Prepare's state machine. A claim is recorded as
-// PrepareStarted before any host resource is created for it and becomes PrepareCompleted
-// once everything is in place, so a crash in between leaves a record that start-up recovery
-// rolls back (the kubelet then prepares the claim again from scratch).
+// State is where a claim stands in Prepare's state machine. Prepare records a claim once, as
+// PrepareCompleted, when everything is in place; a crash before that leaves files of a claim
+// the checkpoint does not know, which start-up removes (contract §7). Plugins before issue 18
+// recorded PrepareStarted first, before any host resource existed: such a record, left by
+// their crash, is still read and rolled back by start-up recovery.
 type State string
 
 const (
-	// PrepareStarted: Prepare began; directories or the CDI spec may exist in part.
+	// PrepareStarted: Prepare began; directories or the CDI spec may exist in part. Written
+	// by earlier versions only.
 	PrepareStarted State = "PrepareStarted"
 	// PrepareCompleted: everything Prepare creates exists and the kubelet was answered.
 	PrepareCompleted State = "PrepareCompleted"

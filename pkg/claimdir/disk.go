@@ -48,7 +48,7 @@ func (l Layout) EnsureContainerDirs(claimUID, podUID, containerName string) (Dir
 	if err != nil {
 		return Dirs{}, err
 	}
-	if err := l.ensure(l.setSpecs(rel)...); err != nil {
+	if err := l.ensureBelowExisting(l.setSpecs(rel)...); err != nil {
 		return Dirs{}, fmt.Errorf("ensure directories of claim %s, pod %s, container %s: %w", claimUID, podUID, containerName, err)
 	}
 	return dirsAt(filepath.Join(l.ClaimsRoot(), rel)), nil
@@ -79,6 +79,19 @@ func (l Layout) claimSpec(rel string) dirSpec {
 
 func (l Layout) ensure(dirs ...dirSpec) error {
 	t, err := l.openClaims(true)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	return t.ensureDirs(dirs...)
+}
+
+// ensureBelowExisting is ensure in a claims root that Prepare made: it is opened and checked
+// (a real directory of this user) but neither created nor repaired. This is the NRI
+// CreateContainer path, where creating the claims root would be wrong anyway (the claim
+// directory below it must exist) and each system call avoided counts.
+func (l Layout) ensureBelowExisting(dirs ...dirSpec) error {
+	t, err := l.openClaims(false)
 	if err != nil {
 		return err
 	}

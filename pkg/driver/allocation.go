@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"iter"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -113,10 +114,11 @@ func consumedCores(r resourceapi.DeviceRequestAllocationResult) (int64, error) {
 
 // checkCapacity is the last line of defence against a double allocation: the scheduler should
 // never hand out more of a GPU than it has, but if it does (a stale slice, a bug), the claim
-// that would exceed it is refused here rather than silently overcommitting the GPU.
-// It runs inside the checkpoint update, so concurrent Prepares see each other. Admin-access
-// results are not counted, as the scheduler does not count them: they take no share.
-func (d *Driver) checkCapacity(data *checkpoint.Data, uid string, devs []checkpoint.Device) error {
+// that would exceed it is refused here rather than silently overcommitting the GPU. prepared
+// yields every other claim prepared or being prepared (admission.go makes concurrent Prepares
+// see each other). Admin-access results are not counted, as the scheduler does not count them:
+// they take no share.
+func (d *Driver) checkCapacity(prepared iter.Seq2[string, []checkpoint.Device], uid string, devs []checkpoint.Device) error {
 	type use struct{ mem, cores int64 }
 	used := map[string]use{}
 	add := func(dev checkpoint.Device) {
@@ -124,11 +126,11 @@ func (d *Driver) checkCapacity(data *checkpoint.Data, uid string, devs []checkpo
 		u := used[dev.GPUUUID]
 		used[dev.GPUUUID] = use{u.mem + mem, u.cores + cores}
 	}
-	for other, c := range data.Claims {
+	for other, otherDevs := range prepared {
 		if other == uid {
 			continue
 		}
-		for _, dev := range c.Devices {
+		for _, dev := range otherDevs {
 			add(dev)
 		}
 	}

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -202,11 +203,7 @@ func TestCheckCapacity(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := allocationDriver(true)
-			data := &checkpoint.Data{Claims: map[string]checkpoint.Claim{}}
-			for uid, devs := range tt.prepared {
-				data.Claims[uid] = checkpoint.Claim{Devices: devs}
-			}
-			err := d.checkCapacity(data, self, tt.claim)
+			err := d.checkCapacity(maps.All(tt.prepared), self, tt.claim)
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)

@@ -83,6 +83,9 @@ type Deps struct {
 	// Claims reads claims and writes their device status, in the background (status.go,
 	// reconcile.go). Nil: no device status is written and nothing is reconciled.
 	Claims ClaimAPI
+	// AtStep is called at each Step of Prepare and Unprepare (steps.go); tests only, nil in
+	// production.
+	AtStep func(Step)
 	// DRAMetrics are the driver's metrics on Metrics.Registry; made there when nil. A process
 	// that builds a driver again (it took the node back after a handover) passes the first's:
 	// a registry takes each metric once.
@@ -104,6 +107,10 @@ type Driver struct {
 	fatalOnce   sync.Once
 	dra         *metrics.DRAMetrics
 	status      *statusWriter
+	admitted    *admissions
+	removals    *dirRemovals
+	// fileSlots bounds the claims whose files are being made or removed at once (withFiles).
+	fileSlots chan struct{}
 	// prepares holds, per claim UID, the number of its latest Prepare call, so that the
 	// reconciliation leaves alone a claim that a Prepare touched while it was reading the API
 	// server (reconcile.go).
@@ -132,6 +139,7 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 		byName: map[string]gpu.Device{}, health: newDeviceHealth(), locks: newClaimLocks(),
 		publishKick: make(chan struct{}, 1), dra: deps.DRAMetrics,
 		prepares: map[string]uint64{}, now: deps.Now,
+		admitted: newAdmissions(), fileSlots: make(chan struct{}, fileParallelism), removals: newDirRemovals(),
 	}
 	if d.dra == nil {
 		d.dra = metrics.NewDRAMetrics(deps.Metrics.Registry)
@@ -153,8 +161,10 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 
 // Recover brings the disk in line with the checkpoint before anything is served: completed
 // claims get their missing claim directories and CDI specs back (a reboot empties /var/run/cdi),
-// claims left in PrepareStarted by a crash are rolled back (the kubelet prepares them again), and
-// claim directories that no checkpoint entry owns are removed.
+// claims left in PrepareStarted (by a crash of a plugin of an earlier version, which recorded
+// that state first) are rolled back (the kubelet prepares them again), and the claim
+// directories and CDI specs of claims that the checkpoint does not know — what a crash of
+// Prepare before its record leaves — are removed.
 //
 // A claim that cannot be restored (or rolled back) is quarantined with the reason, logged and
 // counted, and the others are served: one bad claim must not make the plugin crash-loop and
@@ -190,7 +200,7 @@ func (d *Driver) Recover(ctx context.Context) error {
 			d.deps.Quarantine.set(uid, err)
 		}
 	}
-	err := d.removeOrphanDirs(logger)
+	err := errors.Join(d.removeOrphanSpecs(logger), d.removeOrphanDirs(logger))
 	d.updateGauges()
 	return err
 }
@@ -214,4 +224,22 @@ func (d *Driver) removeOrphanDirs(logger klog.Logger) error {
 
 func (d *Driver) updateGauges() {
 	d.deps.Metrics.PreparedClaims.Set(float64(d.deps.Checkpoint.Len()))
+}
+
+// removeOrphanSpecs removes this driver's CDI specs of claims that the checkpoint does not know.
+func (d *Driver) removeOrphanSpecs(logger klog.Logger) error {
+	uids, err := d.deps.CDI.ListClaims()
+	if err != nil {
+		return fmt.Errorf("list CDI specs: %w", err)
+	}
+	for _, uid := range uids {
+		if _, ok := d.deps.Checkpoint.Get(uid); ok {
+			continue
+		}
+		logger.Info("Removing the CDI spec of a claim that is not prepared", "uid", uid)
+		if err := d.deps.CDI.Remove(uid); err != nil {
+			return fmt.Errorf("remove orphan CDI spec of claim %s: %w", uid, err)
+		}
+	}
+	return nil
 }

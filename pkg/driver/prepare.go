@@ -76,7 +76,7 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 
 	reservedFor := ReservedPods(claim)
 	if prepared, ok := d.deps.Checkpoint.Get(uid); ok && prepared.State == checkpoint.PrepareCompleted {
-		if err := d.ensureFiles(uid, prepared); err != nil {
+		if err := d.withFiles(func() error { return d.ensureFiles(uid, prepared) }); err != nil {
 			return checkpoint.Claim{}, nil, fmt.Errorf("re-create files of prepared claim %s: %w", klog.KObj(claim), err)
 		}
 		d.deps.Quarantine.clear(uid) // restored
@@ -95,10 +95,7 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 		// Only other drivers' results: nothing of ours to prepare, nothing to record.
 		return checkpoint.Claim{}, []kubeletplugin.Device{}, nil
 	}
-	prepared := checkpoint.Claim{
-		Namespace: claim.Namespace, Name: claim.Name, State: checkpoint.PrepareStarted,
-		ReservedFor: reservedFor, Devices: devs,
-	}
+	prepared := checkpoint.Claim{Namespace: claim.Namespace, Name: claim.Name, ReservedFor: reservedFor, Devices: devs}
 	if d.cfg.VGPU {
 		prepared.Path = d.deps.Paths.ClaimPath(ctx)
 	}
@@ -120,47 +117,84 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 	for i := range prepared.Devices {
 		prepared.Devices[i].CDIDeviceIDs = ids[i]
 	}
-
-	// Two-phase: PrepareStarted is durable before any file exists, so a crash in between leaves
-	// something the next Prepare or the start-up recovery knows to finish or roll back.
-	if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
-		if err := d.checkCapacity(data, uid, prepared.Devices); err != nil {
-			return err
-		}
-		if data.Claims == nil {
-			data.Claims = map[string]checkpoint.Claim{}
-		}
-		data.Claims[uid] = prepared
-		return nil
-	}); err != nil {
-		var pe *prepareError
-		if errors.As(err, &pe) {
-			return checkpoint.Claim{}, nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
-		}
-		return checkpoint.Claim{}, nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s as started: %w", klog.KObj(claim), err)}
-	}
-	if err := d.ensureFiles(uid, prepared); err != nil {
-		// Roll back what was made (a full disk, a read-only file system): the checkpoint must
-		// not keep a PrepareStarted claim, nor the disk its half-written files, until the next
-		// restart; the kubelet's retry starts from scratch.
-		if rbErr := d.unprepareOne(uid); rbErr != nil {
-			logger.Error(rbErr, "Rolling back a failed preparation failed; start-up recovery retries it", "claim", klog.KObj(claim))
-		}
-		return checkpoint.Claim{}, nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
-	}
 	prepared.State = checkpoint.PrepareCompleted
-	if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
-		data.Claims[uid] = prepared
-		return nil
-	}); err != nil {
-		return checkpoint.Claim{}, nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s as completed: %w", klog.KObj(claim), err)}
+	if err := d.createAndRecord(ctx, claim, prepared); err != nil {
+		return checkpoint.Claim{}, nil, err
 	}
 	logger.V(2).Info("Prepared claim", "claim", klog.KObj(claim), "path", prepared.Path, "devices", len(devs))
 	return prepared, resultDevices(prepared.Devices), nil
 }
 
+// createAndRecord makes the claim's files and then records it, completed, in the checkpoint:
+// one durable write per claim (group-committed with concurrent ones). Nothing is recorded before
+// the files exist; a crash before the record leaves files under names start-up recognises and
+// removes, because the checkpoint does not know them (the claim directory, the CDI spec;
+// contract §7). The capacity check admits the claim first, so that concurrent Prepares see each
+// other (admission.go). A failure removes what was made, so the kubelet's retry starts from
+// scratch and nothing waits for the next restart.
+func (d *Driver) createAndRecord(ctx context.Context, claim *resourceapi.ResourceClaim, prepared checkpoint.Claim) error {
+	uid := string(claim.UID)
+	release, err := d.admit(uid, prepared.Devices)
+	if err != nil {
+		return fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+	}
+	defer release()
+	d.at(StepPrepareAdmitted)
+	if err := d.withFiles(func() error {
+		// Unprepared a moment ago and prepared again: its old directory goes first, so that no
+		// container directory of the earlier pods is carried over (removal.go).
+		if d.removals.take(uid) {
+			if err := d.deps.Dirs.RemoveClaim(uid); err != nil {
+				return fmt.Errorf("remove the directory of the claim's earlier preparation: %w", err)
+			}
+		}
+		if err := d.ensureDirs(uid, prepared); err != nil {
+			return err
+		}
+		d.at(StepPrepareClaimDir)
+		if err := d.writeSpec(uid, prepared); err != nil {
+			return err
+		}
+		d.at(StepPrepareCDISpec)
+		return nil
+	}); err != nil {
+		d.rollBackFiles(ctx, claim)
+		return fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
+	}
+	if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
+		data.Claims[uid] = prepared
+		return nil
+	}); err != nil {
+		d.rollBackFiles(ctx, claim)
+		return &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s: %w", klog.KObj(claim), err)}
+	}
+	d.at(StepPrepareRecorded)
+	return nil
+}
+
+// rollBackFiles removes the files of a claim whose Prepare failed before its record was
+// written (a full disk, a read-only file system). What it cannot remove, start-up removes.
+func (d *Driver) rollBackFiles(ctx context.Context, claim *resourceapi.ResourceClaim) {
+	uid := string(claim.UID)
+	err := d.withFiles(func() error {
+		return errors.Join(d.deps.CDI.Remove(uid), d.deps.Dirs.RemoveClaim(uid))
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Removing the files of a failed preparation failed; start-up removes them", "claim", klog.KObj(claim))
+	}
+}
+
 // ensureFiles creates whatever of the claim's directories and CDI spec is missing.
 func (d *Driver) ensureFiles(uid string, c checkpoint.Claim) error {
+	if err := d.ensureDirs(uid, c); err != nil {
+		return err
+	}
+	return d.writeSpec(uid, c)
+}
+
+// ensureDirs creates whatever of the claim's directory (its tmpfs) and, on the per-claim path,
+// its directory set and vgpu.config is missing.
+func (d *Driver) ensureDirs(uid string, c checkpoint.Claim) error {
 	if err := d.deps.Dirs.EnsureClaimDir(uid); err != nil {
 		return fmt.Errorf("create claim directory: %w", err)
 	}
@@ -173,6 +207,11 @@ func (d *Driver) ensureFiles(uid string, c checkpoint.Claim) error {
 			return fmt.Errorf("write the claim's %s: %w", contract.ContainerConfigName, err)
 		}
 	}
+	return nil
+}
+
+// writeSpec writes the claim's CDI spec unless it holds the same bytes already.
+func (d *Driver) writeSpec(uid string, c checkpoint.Claim) error {
 	if err := d.deps.CDI.Write(d.cdiClaim(uid, c)); err != nil {
 		return fmt.Errorf("write CDI spec: %w", err)
 	}

@@ -57,6 +57,7 @@ func (d *Driver) StartPublishing(ctx context.Context, p Publisher, events <-chan
 	d.publisher = p
 	go d.runPublisher(ctx)
 	d.requestPublish()
+	go d.runRemovals(ctx)
 	if events != nil {
 		go d.runHealthEvents(ctx, events)
 	}

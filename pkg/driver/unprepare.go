@@ -8,7 +8,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 )
 
@@ -35,27 +34,22 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return results, nil
 }
 
-// unprepareOne removes files first and the checkpoint entry last, so that a crash in between
-// leaves an entry that the next Unprepare (or start-up recovery) completes.
+// unprepareOne removes the CDI spec, then the checkpoint record, and leaves the claim
+// directory to the background (removal.go). The record's removal is not waited for on disk
+// (RemoveDeferred): the kubelet never asks about an unprepared claim again, and the next write
+// carries it. A crash at any point leaves either a record that start-up recovery restores and
+// the reconciliation with the API server unprepares, or files of a claim the checkpoint does
+// not know, which start-up removes.
 func (d *Driver) unprepareOne(uid string) error {
 	d.status.forget(uid)
 	d.forgetPrepares(uid)
-	if err := d.deps.CDI.Remove(uid); err != nil {
+	if err := d.withFiles(func() error { return d.deps.CDI.Remove(uid) }); err != nil {
 		return fmt.Errorf("remove CDI spec of claim %s: %w", uid, err)
 	}
-	if err := d.deps.Dirs.RemoveClaim(uid); err != nil {
-		return fmt.Errorf("remove directory of claim %s: %w", uid, err)
-	}
-	if _, ok := d.deps.Checkpoint.Get(uid); !ok {
-		d.deps.Quarantine.clear(uid)
-		return nil
-	}
-	if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
-		delete(data.Claims, uid)
-		return nil
-	}); err != nil {
-		return fmt.Errorf("remove claim %s from checkpoint: %w", uid, err)
-	}
+	d.at(StepUnprepareCDISpec)
+	d.deps.Checkpoint.RemoveDeferred(uid)
 	d.deps.Quarantine.clear(uid)
+	d.at(StepUnprepareRemoved)
+	d.removals.add(uid)
 	return nil
 }

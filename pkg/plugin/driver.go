@@ -34,6 +34,8 @@ type driverParts struct {
 	onFatal func(error)
 	// claims reads claims and writes their device status.
 	claims driver.ClaimAPI
+	// atStep is the crash tests' hook (Deps.AtStep).
+	atStep func(driver.Step)
 }
 
 // newDriver installs libvgpu.so into the state dir (VGPUSupport), builds the CDI writer and
@@ -79,7 +81,7 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 	}, driver.Deps{
 		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
 		Paths: parts.paths, PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
-		Quarantine: parts.quarantine, OnFatal: parts.onFatal, Claims: parts.claims, DRAMetrics: parts.dra,
+		Quarantine: parts.quarantine, OnFatal: parts.onFatal, Claims: parts.claims, AtStep: parts.atStep, DRAMetrics: parts.dra,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build the driver: %w", err)

@@ -89,6 +89,12 @@ func (o handoverOwner) Fence(ctx context.Context) error {
 	if err := t.stopReconcile(ctx); err != nil {
 		return err
 	}
+	// The directories of the claims unprepared last go before the next owner may prepare one
+	// again (a removal after that would take the new claim's); Seal writes their checkpoint
+	// removals.
+	if err := t.driver.WaitRemovals(ctx); err != nil {
+		return fmt.Errorf("directories of unprepared claims still being removed: %w", err)
+	}
 	if err := t.store.Seal(ctx); err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -71,7 +73,7 @@ func (p *Plugin) becomeOwner(lock *instancelock.Lock, nriIndex, event string) (f
 	if t.driver, err = newDriver(ctx, cfg, layout, driverParts{
 		devices: p.devices, store: t.store, metrics: p.metrics, dra: p.dra, paths: p.claimPaths(), quarantine: quarantine,
 		simulated: isSimulated(p.gpus), bootID: bootID, onFatal: p.fail,
-		claims: newKubeClaims(p.deps.KubeClient, cfg.NodeName),
+		claims: newKubeClaims(cmp.Or(p.deps.BackgroundClient, p.deps.KubeClient), cfg.NodeName), atStep: p.deps.AtStep,
 	}); err != nil {
 		return err
 	}
@@ -177,13 +179,41 @@ func (t *ownerTerm) stopReconcile(ctx context.Context) error {
 	}
 }
 
+// settle returns once the claim directories Unprepare left to the background are removed and
+// the checkpoint's deferred removals are written.
+func (t *ownerTerm) settle(ctx context.Context) error {
+	if t.driver != nil {
+		if err := t.driver.WaitRemovals(ctx); err != nil {
+			return fmt.Errorf("wait for the removal of unprepared claims' directories: %w", err)
+		}
+	}
+	if t.store == nil {
+		return nil
+	}
+	return t.store.Flush()
+}
+
 // stop ends the term for good (Stop, or a failed becomeOwner): every part it started, the
-// registry with its socket, and the lock last.
+// registry with its socket, and the lock last. The kubelet can no longer call: the directory
+// removals of the last Unprepares are finished and their checkpoint removals written before the
+// lock goes (what a crash leaves, the next start removes and reconciles).
 func (t *ownerTerm) stop() {
 	t.stopSockets()
 	t.cancel()
 	if t.reconcileDone != nil {
 		<-t.reconcileDone
+	}
+	if t.driver != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultNRIDrainTimeout)
+		if err := t.driver.WaitRemovals(ctx); err != nil {
+			klog.Background().Error(err, "Claim directories are left to remove; the next start removes them")
+		}
+		cancel()
+	}
+	if t.store != nil {
+		if err := t.store.Close(); err != nil && !errors.Is(err, checkpoint.ErrSealed) {
+			klog.Background().Error(err, "Writing the checkpoint at stop failed; start-up reconciles the claims it still lists")
+		}
 	}
 	if t.handover != nil {
 		t.handover.Stop()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/component"
+	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/handover"
 	"github.com/vgpu-dra/vgpu-dra/pkg/health"
@@ -31,6 +32,12 @@ type Deps struct {
 	// KubeClient talks to the API server. Required: cmd builds it from the shared flags
 	// (component.Options.KubeClient), tests pass a fake clientset.
 	KubeClient kubernetes.Interface
+	// BackgroundClient talks to the API server for what runs off the kubelet's path: claims'
+	// device status and the reconciliation. A client of its own has a client-side rate limiter of
+	// its own, so that those writes (one per prepared claim) never make a Prepare's claim read
+	// wait for a token: sharing one limiter of 50 QPS, a Prepare took 40 ms once the burst was
+	// spent (bench-compare). Nil: KubeClient.
+	BackgroundClient kubernetes.Interface
 	// GPUs is the inventory; opened from Config.DeviceSource when nil.
 	GPUs gpu.Source
 	// BootID overrides /proc/sys/kernel/random/boot_id (tests simulate reboots with it).
@@ -38,6 +45,9 @@ type Deps struct {
 	// DRAListen, when set, creates the listener of the DRA socket instead of the helper
 	// (tests break the helper's gRPC server through it).
 	DRAListen func(ctx context.Context, path string) (net.Listener, error)
+	// AtStep is called at each step of Prepare and Unprepare (driver.Step): the crash tests
+	// kill the process there. Nil outside tests.
+	AtStep func(driver.Step)
 	// MetricsRegistry is the registry the plugin's metrics go on; a new one
 	// (component.NewMetricsRegistry) when nil. Tests pass one that records what is registered.
 	MetricsRegistry k8smetrics.KubeRegistry
@@ -310,6 +320,17 @@ func (p *Plugin) Stop() {
 		_ = p.gpus.Close()
 		p.gpus = nil
 	}
+}
+
+// Settle returns once what Unprepare leaves to the background is done: the claim directories
+// removed and the checkpoint's removals written (contract §7: within a second, or at Stop).
+// Tests look at the disk after it. An instance that does not own the node has nothing to settle.
+func (p *Plugin) Settle(ctx context.Context) error {
+	t := p.term.Load()
+	if t == nil {
+		return nil
+	}
+	return t.settle(ctx)
 }
 
 // Done is closed when the plugin's context ends.

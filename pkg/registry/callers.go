@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -71,37 +72,97 @@ type phase int
 const (
 	phaseReading  phase = iota // still reading its frame (MaxOpenConnsPerCaller)
 	phaseInFlight              // a whole request being handled (MaxRequestsPerCaller)
+	phaseWaiting               // a whole request waiting for one of its caller's in-flight slots
 )
 
 // callerLoads counts, per caller key, the connections in each phase. A key is forgotten when
 // its counts drop to zero, so the map holds only callers with connections open.
 type callerLoads struct {
 	mu sync.Mutex
-	m  map[string]*[2]int
+	m  map[string]*callerLoad
 }
 
-func newCallerLoads() *callerLoads { return &callerLoads{m: map[string]*[2]int{}} }
+// callerLoad is one caller's count per phase and its requests waiting for an in-flight slot,
+// oldest first.
+type callerLoad struct {
+	n       [3]int
+	waiters []chan struct{}
+}
+
+func (n *callerLoad) idle() bool { return n.n == [3]int{} }
+
+func newCallerLoads() *callerLoads { return &callerLoads{m: map[string]*callerLoad{}} }
+
+func (l *callerLoads) load(key string) *callerLoad {
+	n := l.m[key]
+	if n == nil {
+		n = &callerLoad{}
+		l.m[key] = n
+	}
+	return n
+}
 
 // enter counts one more connection of key in ph, unless key has limit there already.
 func (l *callerLoads) enter(key string, ph phase, limit int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := l.m[key]
-	if n == nil {
-		n = &[2]int{}
-		l.m[key] = n
-	}
-	if n[ph] >= limit {
-		if n[0] == 0 && n[1] == 0 {
+	n := l.load(key)
+	if n.n[ph] >= limit {
+		if n.idle() {
 			delete(l.m, key)
 		}
 		return false
 	}
-	n[ph]++
+	n.n[ph]++
 	return true
 }
 
-// leave undoes one enter.
+// enterInFlight counts one more request of key in flight. While key has limit in flight, it
+// waits for one of them to leave — at most queue requests of key wait, each until done is
+// closed — instead of turning the request away: a container whose processes register all at
+// once (64 at a time) then waits for its own slots rather than for a BUSY's retry_after_ms.
+// It returns false, counting nothing, when the queue is full or done was closed first.
+func (l *callerLoads) enterInFlight(key string, limit, queue int, done <-chan struct{}) bool {
+	l.mu.Lock()
+	n := l.load(key)
+	if n.n[phaseInFlight] < limit && len(n.waiters) == 0 {
+		n.n[phaseInFlight]++
+		l.mu.Unlock()
+		return true
+	}
+	if n.n[phaseWaiting] >= queue {
+		if n.idle() {
+			delete(l.m, key)
+		}
+		l.mu.Unlock()
+		return false
+	}
+	turn := make(chan struct{}, 1)
+	n.n[phaseWaiting]++
+	n.waiters = append(n.waiters, turn)
+	l.mu.Unlock()
+	select {
+	case <-turn: // leave moved this request from waiting to in flight
+		return true
+	case <-done:
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-turn: // handed a slot just now: give it to the next one
+		n.n[phaseInFlight]--
+		l.handOver(key, n)
+	default:
+		n.waiters = slices.DeleteFunc(n.waiters, func(c chan struct{}) bool { return c == turn })
+		n.n[phaseWaiting]--
+	}
+	if n.idle() {
+		delete(l.m, key)
+	}
+	return false
+}
+
+// leave undoes one enter or enterInFlight.
 func (l *callerLoads) leave(key string, ph phase) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -109,9 +170,25 @@ func (l *callerLoads) leave(key string, ph phase) {
 	if n == nil {
 		return
 	}
-	if n[ph]--; n[0] <= 0 && n[1] <= 0 {
+	n.n[ph]--
+	if ph == phaseInFlight {
+		l.handOver(key, n)
+	}
+	if n.idle() {
 		delete(l.m, key)
 	}
+}
+
+// handOver gives a free in-flight slot of key to its oldest waiting request. Called under mu.
+func (l *callerLoads) handOver(key string, n *callerLoad) {
+	if len(n.waiters) == 0 {
+		return
+	}
+	next := n.waiters[0]
+	n.waiters = n.waiters[1:]
+	n.n[phaseWaiting]--
+	n.n[phaseInFlight]++
+	next <- struct{}{}
 }
 
 // identities caches, per calling process while it lives, what identify read: its cgroup and

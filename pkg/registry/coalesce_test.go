@@ -18,10 +18,10 @@ func (e seqErr) Error() string { return fmt.Sprintf("write %d", int64(e)) }
 func TestWriteCoalescer(t *testing.T) {
 	c := newWriteCoalescer()
 	var started atomic.Int64
-	write := func() error {
+	write := func() ([]int, error) {
 		n := started.Add(1)
 		time.Sleep(200 * time.Microsecond)
-		return seqErr(n)
+		return nil, seqErr(n)
 	}
 	const callers = 200
 	var wg sync.WaitGroup
@@ -33,7 +33,7 @@ func TestWriteCoalescer(t *testing.T) {
 			}
 			arrived := started.Load()
 			var got seqErr
-			if err := c.do(key, write); !errors.As(err, &got) {
+			if err := c.do(key, i, write); !errors.As(err, &got) {
 				t.Errorf("caller %d: %v", i, err)
 				return
 			}
@@ -58,11 +58,11 @@ func TestWriteCoalescerPanic(t *testing.T) {
 	done := make(chan any)
 	go func() {
 		defer func() { done <- recover() }()
-		_ = c.do("k", func() error { close(inWrite); <-release; panic("boom") })
+		_ = c.do("k", 1, func() ([]int, error) { close(inWrite); <-release; panic("boom") })
 	}()
 	<-inWrite
 	waiter := make(chan error)
-	go func() { waiter <- c.do("k", func() error { return nil }) }()
+	go func() { waiter <- c.do("k", 1, func() ([]int, error) { return nil, nil }) }()
 	for {
 		c.mu.Lock()
 		n := len(c.keys["k"].waiting)
@@ -80,7 +80,67 @@ func TestWriteCoalescerPanic(t *testing.T) {
 	if err := <-waiter; err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
-	if err := c.do("k", func() error { return nil }); err != nil {
+	if err := c.do("k", 1, func() ([]int, error) { return nil, nil }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWriteCoalescerListedCallers: callers that arrive while a write runs are served by it
+// when it lists their process (it read the cgroup after their process existed), without a
+// write of their own; the others get the next write; after a failed write nobody who arrived
+// during it takes its error.
+func TestWriteCoalescerListedCallers(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		firstErr  error
+		wantWrite int64 // writes in all
+	}{
+		{"listed", nil, 2},
+		{"failed write", errors.New("disk"), 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newWriteCoalescer()
+			var writes atomic.Int64
+			inWrite, release := make(chan struct{}), make(chan struct{})
+			first := make(chan error, 1)
+			go func() {
+				first <- c.do("k", 10, func() ([]int, error) {
+					writes.Add(1)
+					close(inWrite)
+					<-release
+					return []int{10, 11, 12}, tt.firstErr
+				})
+			}()
+			<-inWrite
+			results := map[int]chan error{}
+			for _, pid := range []int{11, 12, 13} {
+				ch := make(chan error, 1)
+				results[pid] = ch
+				go func() {
+					ch <- c.do("k", pid, func() ([]int, error) { writes.Add(1); return []int{10, 11, 12, 13}, nil })
+				}()
+			}
+			for {
+				c.mu.Lock()
+				n := len(c.keys["k"].waiting)
+				c.mu.Unlock()
+				if n == 3 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			close(release)
+			if err := <-first; !errors.Is(err, tt.firstErr) {
+				t.Errorf("leader: %v, want %v", err, tt.firstErr)
+			}
+			for pid, ch := range results {
+				if err := <-ch; err != nil {
+					t.Errorf("caller %d: %v", pid, err)
+				}
+			}
+			if got := writes.Load(); got != tt.wantWrite {
+				t.Errorf("%d writes, want %d", got, tt.wantWrite)
+			}
+		})
 	}
 }

@@ -130,9 +130,18 @@ func invalidResponse(err error) *Response {
 	return &Response{Status: StatusInvalid, Message: err.Error()}
 }
 
-// admit applies the request bounds (the caller's, then the global one) around handle.
+// admit applies the request bounds (the caller's, then the global one) around handle. A
+// request over its caller's bound waits for one of its caller's slots, as long as no more than
+// MaxOpenConnsPerCaller of them wait and for at most LockTimeout (what one request in flight can
+// take waiting for pids.config's lock); then it is BUSY. A server that stops answers it RETRY.
 func (s *Server) admit(who caller, req Request) Response {
-	if !s.callers.enter(who.key, phaseInFlight, s.cfg.MaxRequestsPerCaller) {
+	wait, cancel := context.WithTimeout(s.ctx, s.cfg.LockTimeout)
+	admitted := s.callers.enterInFlight(who.key, s.cfg.MaxRequestsPerCaller, s.cfg.MaxOpenConnsPerCaller, wait.Done())
+	cancel()
+	switch {
+	case !admitted && s.ctx.Err() != nil:
+		return s.restarting()
+	case !admitted:
 		return s.busy("too many registrations in flight from this container")
 	}
 	defer s.callers.leave(who.key, phaseInFlight)

@@ -18,8 +18,15 @@
 // SO_PEERCRED PID and that PID's cgroup, i.e. its container — and every bound is kept per
 // caller: connections still reading their frame (MaxOpenConnsPerCaller), whole requests in
 // flight (MaxRequestsPerCaller); the global bounds only cap descriptors. Over a bound the
-// answer is BUSY with retry_after_ms. One container's flood — stalled connections, a
-// pids.config it holds locked, requests naming made-up pods — therefore slows only itself.
+// answer is BUSY with retry_after_ms, except that a request over its caller's in-flight bound
+// first waits for one of its caller's own slots (at most MaxOpenConnsPerCaller of them wait, each
+// at most LockTimeout): 64 processes of one container registering at once are served in turn
+// instead of most of them being sent away for 20 ms. One container's flood — stalled
+// connections, a pids.config it holds locked, requests naming made-up pods — therefore slows
+// only itself.
+//
+// Concurrent writes of one pids.config are coalesced (coalesce.go): a registration is answered
+// by the first write that lists its process or started after it arrived.
 //
 // The package does not import the NRI plugin or the driver: it owns the small interfaces it
 // needs (ContainerResolver, ClaimResolver, ReservationReader) and the process wires adapters

@@ -68,7 +68,7 @@ func (s *Server) registerContainer(who caller, req Request) Response {
 	if !Within(who.cgroup, target) {
 		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in the container %q of pod %s", who.peer.pid, req.ContainerName, req.PodUID)}
 	}
-	err := s.writes.do(ctr.ConfigDir+"\x00"+target, func() error {
+	err := s.writes.do(ctr.ConfigDir+"\x00"+target, who.peer.pid, func() ([]int, error) {
 		return s.writePIDs(ctr.ConfigDir, func() ([]int, error) { return s.cgroups.PIDs(target) })
 	})
 	if err != nil {
@@ -101,7 +101,7 @@ func (s *Server) registerForClaim(who caller, req Request) Response {
 		return resp
 	}
 	s.claimRegs.add(claim.UID, req.RegisterUUID, container)
-	err := s.writes.do(claim.ConfigDir, func() error {
+	err := s.writes.do(claim.ConfigDir, who.peer.pid, func() ([]int, error) {
 		return s.writePIDs(claim.ConfigDir, func() ([]int, error) { return s.claimRegs.pids(claim.UID, s.cgroups) })
 	})
 	if err != nil {
@@ -160,11 +160,17 @@ func (s *Server) checkReservation(claimUID, pod string) (resp Response, ok bool)
 }
 
 // writePIDs writes pids.config, waiting for its lock at most LockTimeout and not past the
-// server's stop.
-func (s *Server) writePIDs(configDir string, list func() ([]int, error)) error {
+// server's stop, and returns the PIDs it wrote.
+func (s *Server) writePIDs(configDir string, list func() ([]int, error)) ([]int, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.LockTimeout)
 	defer cancel()
-	return WritePIDsConfig(ctx, configDir, list)
+	var listed []int
+	err := WritePIDsConfig(ctx, configDir, func() ([]int, error) {
+		var err error
+		listed, err = list()
+		return listed, err
+	})
+	return listed, err
 }
 
 // writeFailed answers a failed pids.config write: RETRY when a process of the container held

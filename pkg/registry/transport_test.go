@@ -194,8 +194,10 @@ func TestOpenConnectionBound(t *testing.T) {
 }
 
 // TestRequestBounds: whole requests in flight are bounded globally and per caller — the
-// container the connecting process is in, whatever pod its requests name; over a bound the
-// answer is BUSY with retry_after_ms, and the slots come back when the requests finish.
+// container the connecting process is in, whatever pod its requests name; over the global
+// bound the answer is BUSY with retry_after_ms at once, over the caller's once it waited
+// LockTimeout for one of its caller's slots (TestInFlightQueue: the queue), and the slots come
+// back when the requests finish.
 func TestRequestBounds(t *testing.T) {
 	h := rt.Hierarchies(t)[0]
 	podC := "4f9e5a6b-7c8d-4e9f-a0b1-c2d3e4f5a6b7"
@@ -213,7 +215,7 @@ func TestRequestBounds(t *testing.T) {
 	}{
 		{"global", registry.Config{MaxRequests: 2, MaxRequestsPerCaller: 2},
 			[]call{{0, podA}, {0, podB}}, []call{{0, podC}, {1, podC}}, nil},
-		{"per caller", registry.Config{MaxRequests: 8, MaxRequestsPerCaller: 1},
+		{"per caller", registry.Config{MaxRequests: 8, MaxRequestsPerCaller: 1, LockTimeout: 100 * time.Millisecond},
 			[]call{{0, podA}, {1, podB}}, []call{{0, podC}, {1, podC}}, []call{{2, podC}}},
 	} {
 		t.Run(bound.name, func(t *testing.T) {

@@ -78,6 +78,9 @@ func TestAdminAccess(t *testing.T) {
 	}
 
 	k.unprepare(t, mon)
+	if err := n.plugin.Settle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	if err := json.Unmarshal(mustRead(t, filepath.Join(n.cfg.KubeletDir, "plugins", driverName, "checkpoint.json")), &envelope); err != nil || envelope.Version != checkpoint.VersionV1 {
 		t.Errorf("checkpoint version %q (%v) once the admin-access claim is gone, want v1 (a rollback can read it)", envelope.Version, err)
 	}

@@ -81,8 +81,21 @@ func (s cdiSpec) mounts(t *testing.T, device string) map[string]string {
 	return nil
 }
 
+// settle waits, while the plugin runs, for what Unprepare leaves to the background: claim
+// directories removed, the checkpoint's removals written (contract §7).
+func (n *node) settle() {
+	n.t.Helper()
+	if n.plugin != nil {
+		if err := n.plugin.Settle(n.t.Context()); err != nil {
+			n.t.Fatalf("settle: %v", err)
+		}
+	}
+}
+
+// readCheckpoint reads the checkpoint file, once the plugin settled (settle).
 func (n *node) readCheckpoint() checkpoint.Data {
 	n.t.Helper()
+	n.settle()
 	var env struct {
 		Version string          `json:"version"`
 		Data    checkpoint.Data `json:"data"`

@@ -259,6 +259,10 @@ func TestHandoverWhilePodsStart(t *testing.T) {
 	if _, err := instancelock.TryAcquire(n.cfg.InstanceLockPath()); !errors.Is(err, instancelock.ErrHeld) {
 		t.Errorf("the instance lock is not held after the handover: %v", err)
 	}
+	// Unprepare leaves the entry's removal to the next write (contract §7): settle it first.
+	if err := succ.Settle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	cp, err := checkpoint.Load(n.cfg.CheckpointPath())
 	if err != nil {
 		t.Fatalf("the checkpoint after the handover: %v", err)

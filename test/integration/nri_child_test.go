@@ -38,6 +38,8 @@ func TestMain(m *testing.M) {
 		err = runtimeChild()
 	case "plugin":
 		err = pluginChild()
+	case "crashing-plugin":
+		err = crashingPluginChild()
 	default:
 		err = fmt.Errorf("unknown child role %q", os.Getenv(childRoleEnv))
 	}

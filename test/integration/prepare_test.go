@@ -115,6 +115,7 @@ func TestPrepareSharedAndMultiGPUClaims(t *testing.T) {
 	}
 
 	k.unprepare(t, a, b, c)
+	n.settle()
 	for _, cl := range []string{string(a.UID), string(b.UID), string(c.UID)} {
 		if exists(n.specPath(cl)) || exists(n.claimDir(cl)) {
 			t.Errorf("claim %s: spec or directory left after unprepare", cl)

@@ -42,6 +42,7 @@ func TestRestartBetweenPrepareAndUnprepare(t *testing.T) {
 	n.restart()
 	k = n.register()
 	k.unprepare(t, a)
+	n.settle()
 	if exists(n.specPath(string(a.UID))) || exists(n.claimDir(string(a.UID))) || len(n.readCheckpoint().Claims) != 0 {
 		t.Error("unprepare after restart left state behind")
 	}

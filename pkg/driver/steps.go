@@ -1,0 +1,40 @@
+package driver
+
+// Step names a point in Prepare or Unprepare between two changes to the disk. Deps.AtStep is
+// called at each: the crash tests (test/integration, crash_test.go) SIGKILL the plugin there
+// and check that start-up leaves a consistent disk and checkpoint. Production sets no hook.
+type Step string
+
+// The steps, in the order they are passed.
+const (
+	// StepPrepareAdmitted: the claim passed the capacity check; nothing of it is on disk.
+	StepPrepareAdmitted Step = "prepare-admitted"
+	// StepPrepareClaimDir: the claim directory (its tmpfs, its per-claim directories) exists;
+	// no CDI spec, no checkpoint record.
+	StepPrepareClaimDir Step = "prepare-claim-dir"
+	// StepPrepareCDISpec: the CDI spec exists too; no checkpoint record.
+	StepPrepareCDISpec Step = "prepare-cdi-spec"
+	// StepPrepareRecorded: the checkpoint record is durable; the kubelet has no answer yet.
+	StepPrepareRecorded Step = "prepare-recorded"
+	// StepUnprepareCDISpec: the CDI spec is removed; the record and the directory remain.
+	StepUnprepareCDISpec Step = "unprepare-cdi-spec"
+	// StepUnprepareRemoved: the record is removed in memory and not yet on disk
+	// (RemoveDeferred); the directory remains; the kubelet is about to be answered.
+	StepUnprepareRemoved Step = "unprepare-removed"
+	// StepUnprepareClaimDir: after the answer, in the background: the claim directory is
+	// removed; the record's removal may not be on disk yet.
+	StepUnprepareClaimDir Step = "unprepare-claim-dir"
+)
+
+// Steps lists every step, for the tests that walk them all.
+var Steps = []Step{
+	StepPrepareAdmitted, StepPrepareClaimDir, StepPrepareCDISpec, StepPrepareRecorded,
+	StepUnprepareCDISpec, StepUnprepareRemoved, StepUnprepareClaimDir,
+}
+
+// at calls the step hook, if any.
+func (d *Driver) at(s Step) {
+	if d.deps.AtStep != nil {
+		d.deps.AtStep(s)
+	}
+}

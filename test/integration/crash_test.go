@@ -1,0 +1,274 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
+	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
+	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
+	"github.com/vgpu-dra/vgpu-dra/pkg/plugin"
+)
+
+// TestCrashAtEachStep: the plugin, in a child process, is SIGKILLed at each step of Prepare and
+// Unprepare (driver.Steps: between two changes to the disk, the last one in the background after
+// the kubelet's answer). A plugin started on what the kill left must find the disk and the
+// checkpoint consistent — every recorded claim complete with its CDI spec and its claim tmpfs,
+// and no spec, directory, mount or temporary file of a claim it does not know — and the
+// kubelet's retry must then succeed; a claim the kubelet was told is unprepared must go without
+// one. A claim prepared before, on another GPU, is untouched throughout.
+func TestCrashAtEachStep(t *testing.T) {
+	for _, step := range driver.Steps {
+		t.Run(string(step), func(t *testing.T) { crashAt(t, step) })
+	}
+}
+
+func crashAt(t *testing.T, step driver.Step) {
+	n := newNode(t)
+	a := n.newClaim("a", allocated{request: "gpu", device: "gpu-0", memory: "4Gi", cores: 30, shareID: shareA})
+	bystander := n.newClaim("bystander", allocated{request: "gpu", device: "gpu-1", memory: "4Gi", cores: 30, shareID: shareB})
+	unprepareStep := strings.HasPrefix(string(step), "unprepare")
+	n.start()
+	k := n.register()
+	k.prepare(t, bystander)
+	if unprepareStep {
+		k.prepare(t, a)
+	}
+	n.stop()
+
+	child := startCrashingPlugin(t, n, step, a, bystander)
+	k = n.register()
+	// The claim directory is removed in the background, after the kubelet has its answer.
+	afterAnswer := step == driver.StepUnprepareClaimDir
+	var err error
+	if unprepareStep {
+		_, err = k.tryUnprepare(a)
+	} else {
+		_, err = k.tryPrepare(a)
+	}
+	switch {
+	case afterAnswer && err != nil:
+		t.Fatalf("Unprepare: %v", err)
+	case !afterAnswer && err == nil:
+		t.Fatalf("the kubelet got an answer although the plugin was to be killed at %s", step)
+	}
+	if got := child.line(30 * time.Second); got != "crash at "+string(step) {
+		t.Fatalf("child printed %q, want it killed at %s", got, step)
+	}
+	if err := child.cmd.Wait(); !killedBySIGKILL(err) {
+		t.Fatalf("child ended with %v, want SIGKILL", err)
+	}
+
+	// The kubelet was told that Unprepare succeeded (or was about to be, at the last step before
+	// the answer): it never asks again. A claim the checkpoint still lists (its removal was not
+	// written yet) is unprepared by the start-up reconciliation once the API server no longer
+	// has it; otherwise start-up removes what is left of it.
+	answered := step == driver.StepUnprepareRemoved || afterAnswer
+	if answered {
+		if err := n.kube.ResourceV1().ResourceClaims(a.Namespace).Delete(t.Context(), a.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.start()
+	if answered {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if _, ok := n.readCheckpoint().Claims[string(a.UID)]; !ok && !exists(n.claimDir(string(a.UID))) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("start-up and the reconciliation left the claim the kubelet had unprepared")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	} else {
+		recorded := unprepareStep || step == driver.StepPrepareRecorded
+		if _, ok := n.readCheckpoint().Claims[string(a.UID)]; ok != recorded {
+			t.Errorf("after the kill at %s the checkpoint holds the claim: %v, want %v", step, ok, recorded)
+		}
+	}
+	checkConsistent(t, n)
+
+	k = n.register()
+	switch {
+	case answered:
+	case unprepareStep:
+		k.unprepare(t, a)
+	default:
+		if r := k.prepare(t, a)[string(a.UID)]; r.Error != "" {
+			t.Fatalf("the kubelet's retry of Prepare: %s", r.Error)
+		}
+		if !exists(n.specPath(string(a.UID))) || n.readCheckpoint().Claims[string(a.UID)].State != checkpoint.PrepareCompleted {
+			t.Fatal("the retried Prepare did not complete the claim")
+		}
+		k.unprepare(t, a)
+	}
+	checkConsistent(t, n)
+	if exists(n.specPath(string(a.UID))) || exists(n.claimDir(string(a.UID))) {
+		t.Error("the claim's spec or directory is left after its Unprepare")
+	}
+	if _, ok := n.readCheckpoint().Claims[string(bystander.UID)]; !ok || !exists(n.specPath(string(bystander.UID))) {
+		t.Error("the claim prepared before the crash lost its record or its spec")
+	}
+	k.unprepare(t, bystander)
+	if left := n.readCheckpoint().Claims; len(left) != 0 {
+		t.Errorf("checkpoint holds %d claims after every Unprepare", len(left))
+	}
+	checkConsistent(t, n)
+}
+
+// checkConsistent checks what start-up must leave, whatever a crash left before it: the
+// checkpoint holds completed claims only, each with its CDI spec and its claim directory on its
+// own tmpfs; no CDI spec, claim directory or mount belongs to a claim the checkpoint does not
+// know; no temporary file of a spec or of the checkpoint is left.
+func checkConsistent(t *testing.T, n *node) {
+	t.Helper()
+	cp := n.readCheckpoint()
+	mounts := mountsUnder(t, n.cfg.StateDir)
+	for uid, c := range cp.Claims {
+		if c.State != checkpoint.PrepareCompleted {
+			t.Errorf("claim %s is recorded as %s", uid, c.State)
+		}
+		if !exists(n.specPath(uid)) {
+			t.Errorf("recorded claim %s has no CDI spec", uid)
+		}
+		if !slices.Contains(mounts, n.claimDir(uid)) {
+			t.Errorf("recorded claim %s has no tmpfs (mounts %v)", uid, mounts)
+		}
+	}
+	for _, m := range mounts {
+		if _, ok := cp.Claims[filepath.Base(m)]; !ok || filepath.Dir(m) != filepath.Join(n.cfg.StateDir, "claims") {
+			t.Errorf("mount %s belongs to no recorded claim", m)
+		}
+	}
+	for _, name := range dirNames(t, filepath.Join(n.cfg.StateDir, "claims")) {
+		if _, ok := cp.Claims[name]; !ok {
+			t.Errorf("claim directory %s belongs to no recorded claim", name)
+		}
+	}
+	for _, name := range dirNames(t, n.cfg.CDIDir) {
+		uid, isSpec := strings.CutPrefix(strings.TrimSuffix(name, ".json"), driverName+"-claim_")
+		if _, ok := cp.Claims[uid]; strings.HasSuffix(name, ".tmp") || (isSpec && !ok) {
+			t.Errorf("CDI dir holds %s, which belongs to no recorded claim", name)
+		}
+	}
+	for _, name := range dirNames(t, filepath.Join(n.cfg.KubeletDir, "plugins", driverName)) {
+		if strings.Contains(name, ".tmp-") {
+			t.Errorf("a temporary file of the checkpoint is left: %s", name)
+		}
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func killedBySIGKILL(err error) bool {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+func (k *kubelet) tryUnprepare(claims ...*resourceapi.ResourceClaim) (map[string]*drapb.NodeUnprepareResourceResponse, error) {
+	req := &drapb.NodeUnprepareResourcesRequest{}
+	for _, c := range claims {
+		req.Claims = append(req.Claims, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := k.dra.NodeUnprepareResources(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Claims, nil
+}
+
+// startCrashingPlugin runs the plugin of n in a child process, with the claims in its own fake
+// API server, that kills itself with SIGKILL at step (it prints "crash at <step>" first).
+func startCrashingPlugin(t *testing.T, n *node, step driver.Step, claims ...*resourceapi.ResourceClaim) *child {
+	t.Helper()
+	cfg := n.cfg
+	cfg.HealthAddress, cfg.MetricsAddress, cfg.DebugSocket = "", "", "-"
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimsJSON, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startChild(t, "crashing-plugin", "VGPU_PLUGIN_CONFIG="+string(cfgJSON), "VGPU_PLUGIN_CLAIMS="+string(claimsJSON), "VGPU_CRASH_AT="+string(step))
+	if got := c.line(30 * time.Second); got != "started" {
+		t.Fatalf("crashing plugin: %q, want started", got)
+	}
+	return c
+}
+
+// crashingPluginChild is the child of startCrashingPlugin.
+func crashingPluginChild() error {
+	var cfg plugin.Config
+	if err := json.Unmarshal([]byte(os.Getenv("VGPU_PLUGIN_CONFIG")), &cfg); err != nil {
+		return err
+	}
+	var claims []*resourceapi.ResourceClaim
+	if err := json.Unmarshal([]byte(os.Getenv("VGPU_PLUGIN_CLAIMS")), &claims); err != nil {
+		return err
+	}
+	gpus, err := gpu.NewSimulated("dgx-h200", 2, nodeName)
+	if err != nil {
+		return err
+	}
+	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: nodeUID}})
+	for _, c := range claims {
+		c.ResourceVersion = ""
+		if _, err := kube.ResourceV1().ResourceClaims(c.Namespace).Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	crashAt := driver.Step(os.Getenv("VGPU_CRASH_AT"))
+	p, err := plugin.Start(context.Background(), cfg, plugin.Deps{KubeClient: kube, GPUs: gpus, BootID: "boot-1",
+		AtStep: func(s driver.Step) {
+			if s == crashAt {
+				fmt.Println("crash at " + string(s))
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the signal is on its way
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	fmt.Println("started")
+	<-p.Done()
+	return nil
+}

@@ -30,8 +30,6 @@ source "${HACK_DIR}/lib/start.sh"
 readonly HOST_DIRS_THE_CLUSTER_MAY_CREATE=("${KUBELET_DIR}" /var/log/pods /var/log/containers
   /var/lib/cni /run/containerd "$(dirname "${NRI_SOCKET}")" "${CDI_DIRS[@]}" "${PLUGIN_STATE_DIR}")
 
-kubectl_admin() { "${CLUSTER_BIN}/kubectl" --kubeconfig "${KUBECONFIG_ADMIN}" "$@"; }
-
 check_prerequisites() {
   local bin missing=() port
   "${HACK_DIR}/install-cluster-deps.sh"
@@ -124,21 +122,6 @@ start_controllers() {
   wait_until kube-scheduler "kube-scheduler is healthy" local_healthz_ok "${SCHEDULER_PORT}"
 }
 
-node_ready() {
-  [[ "$(kubectl_admin get node "${NODE_NAME}" \
-    -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]]
-}
-
-start_kubelet() {
-  local ip="$1"
-  mkdir -p "${KUBELET_DIR}"
-  start_component kubelet --config "${CONFIG_DIR}/kubelet.yaml" \
-    --kubeconfig "${CONFIG_DIR}/kubelet.kubeconfig" --root-dir "${KUBELET_DIR}" \
-    --hostname-override "${NODE_NAME}" --node-ip "${ip}" --v=2
-  wait_until kubelet "kubelet is healthy" curl -fsS --max-time 3 "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz"
-  wait_until kubelet "node ${NODE_NAME} is Ready" node_ready
-}
-
 start_kube_proxy() {
   start_component kube-proxy --config "${CONFIG_DIR}/kube-proxy.yaml"
   wait_until kube-proxy "kube-proxy is healthy" curl -fsS --max-time 3 "http://127.0.0.1:${KUBE_PROXY_HEALTHZ_PORT}/healthz"
@@ -211,9 +194,20 @@ main() {
 # systemd node (where / is mounted shared): the plugin mounts a tmpfs per claim below it with
 # Bidirectional propagation, which containerd refuses on a private mount ("is not a shared
 # mount"); this machine's / is private. cluster-down unmounts it like every mount it made.
+#
+# With VGPU_DRA_STATE_DIR_SIZE (the chaos suite) the state dir is a file system of its own of
+# that size instead (a tmpfs with STATE_DIR_INODES inodes), standing for a small disk partition:
+# the suite fills it to see Prepare fail cleanly. The plugin must find it there before it starts.
+readonly STATE_DIR_INODES=4096
 share_plugin_state_dir() {
   mkdir -p "${PLUGIN_STATE_DIR}"
-  mount --bind "${PLUGIN_STATE_DIR}" "${PLUGIN_STATE_DIR}"
+  if [[ -n "${VGPU_DRA_STATE_DIR_SIZE:-}" ]]; then
+    mount -t tmpfs -o "size=${VGPU_DRA_STATE_DIR_SIZE},nr_inodes=${STATE_DIR_INODES},mode=0755" \
+      vgd-state "${PLUGIN_STATE_DIR}"
+    log "the plugin's state dir is a ${VGPU_DRA_STATE_DIR_SIZE} tmpfs (${STATE_DIR_INODES} inodes)"
+  else
+    mount --bind "${PLUGIN_STATE_DIR}" "${PLUGIN_STATE_DIR}"
+  fi
   mount --make-rshared "${PLUGIN_STATE_DIR}"
 }
 

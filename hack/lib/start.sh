@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Starting cluster components: shared by cluster-up.sh and the fault-injection scripts of the
-# e2e suite (cluster-restart-containerd.sh). Sourced after lib/cluster.sh.
+# e2e and chaos suites (cluster-restart-containerd.sh, hack/chaos/). Sourced after lib/cluster.sh.
 
 # How long one component may take to become healthy on a loaded two-core machine.
 STARTUP_TIMEOUT_S="${VGPU_DRA_STARTUP_TIMEOUT_S:-120}"
@@ -47,3 +47,20 @@ start_containerd() {
   wait_until containerd "containerd is serving" "${CLUSTER_BIN}/ctr" -a "${CONTAINERD_SOCKET}" version
 }
 
+# node_ready: the API server reports the node Ready.
+node_ready() {
+  [[ "$(kubectl_admin get node "${NODE_NAME}" \
+    -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]]
+}
+
+# start_kubelet IP starts the kubelet with the configuration cluster-up wrote and waits until it
+# is healthy and its node Ready.
+start_kubelet() {
+  local ip="$1"
+  mkdir -p "${KUBELET_DIR}"
+  start_component kubelet --config "${CONFIG_DIR}/kubelet.yaml" \
+    --kubeconfig "${CONFIG_DIR}/kubelet.kubeconfig" --root-dir "${KUBELET_DIR}" \
+    --hostname-override "${NODE_NAME}" --node-ip "${ip}" --v=2
+  wait_until kubelet "kubelet is healthy" curl -fsS --max-time 3 "http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz"
+  wait_until kubelet "node ${NODE_NAME} is Ready" node_ready
+}

@@ -4,15 +4,14 @@
 // control plane and the kubelet built from the Kubernetes modules, containerd with NRI and
 // CDI, the chart installed with helm, pods from locally assembled images. `make e2e` brings
 // the cluster up, runs this suite and tears the cluster down. GPUs are simulated (go-nvml
-// mocks in the plugin); everything else is real.
+// mocks in the plugin); everything else is real. What the chaos suite shares with it lives in
+// test/cluster.
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,100 +20,56 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/vgpu-dra/vgpu-dra/test/cluster"
 )
 
 const (
-	driverName     = "vgpu.dra.dev"
-	pluginNS       = "vgpu-dra"
-	release        = "vgpu-dra"
+	driverName     = cluster.DriverName
+	pluginNS       = cluster.PluginNS
+	release        = cluster.Release
 	testNS         = "vgpu-e2e"
-	workloadImage  = "docker.io/vgpu-dra/test-workload:dev"
-	pollInterval   = 250 * time.Millisecond
 	defaultTimeout = 2 * time.Minute
 )
 
 var (
-	repoRoot string
-	binDir   string // _output/cluster/bin: kubectl, helm
-	kube     kubernetes.Interface
+	c    *cluster.Cluster
+	kube kubernetes.Interface
 )
 
 func TestMain(m *testing.M) {
-	wd, _ := os.Getwd()
-	repoRoot = filepath.Clean(filepath.Join(wd, "..", ".."))
-	binDir = filepath.Join(repoRoot, "_output", "cluster", "bin")
-	kc := os.Getenv("KUBECONFIG")
-	if kc == "" {
-		fmt.Fprintln(os.Stderr, "e2e: KUBECONFIG is not set; run the suite with `make e2e` (it brings the cluster up)")
-		os.Exit(2)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
-	if err != nil {
+	var err error
+	if c, err = cluster.Connect(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)
 	}
-	cfg.QPS, cfg.Burst = 50, 100
-	if kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		os.Exit(2)
-	}
+	kube = c.Kube
 	os.Exit(m.Run())
 }
 
 // run executes one of the cluster's tools and returns its combined output.
 func run(t *testing.T, tool string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, tool), args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
+	return c.Run(tool, args...)
 }
 
 func mustRun(t *testing.T, tool string, args ...string) string {
 	t.Helper()
-	out, err := run(t, tool, args...)
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", tool, strings.Join(args, " "), err, out)
-	}
-	return out
+	return c.MustRun(t, tool, args...)
 }
 
 // installChart installs (or upgrades) the chart with simulated GPUs and waits for the plugin.
 func installChart(t *testing.T, extra ...string) {
 	t.Helper()
-	args := append([]string{"upgrade", "--install", release, filepath.Join(repoRoot, "deployments/helm/vgpu-dra"),
-		"--namespace", pluginNS, "--create-namespace", "--wait", "--timeout", "3m",
-		"--set", "deviceSource=simulated:dgx-h200:1", "--set", "gpuInjection=none", "--set", "gpuCDIKind=",
-		"--set", "image.pullPolicy=Never", "--set", "logging.verbosity=4"}, extra...)
-	mustRun(t, "helm", args...)
-	// helm --wait counts a DaemonSet ready when (desired - maxUnavailable) pods are: with one
-	// node and maxUnavailable 1 that is none. Wait for the plugin pod itself; its startup probe
-	// passes only once the kubelet has registered the driver, so a claim prepared after this
-	// does not fail with "driver not registered" (and then sit in the kubelet's backoff).
-	mustRun(t, "kubectl", "-n", pluginNS, "rollout", "status", "daemonset/"+release+"-kubelet-plugin", "--timeout=2m")
+	c.InstallChart(t, extra...)
 }
 
 // eventually polls cond until it returns true or the timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var lastErr error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		lastErr = err
-		time.Sleep(pollInterval)
-	}
-	t.Fatalf("timed out after %v waiting for %s (last error: %v)", timeout, what, lastErr)
+	cluster.Eventually(t, timeout, what, cond)
 }
 
 func ensureNamespace(t *testing.T) {
@@ -127,50 +82,22 @@ func ensureNamespace(t *testing.T) {
 
 // claimFor is a ResourceClaim for a share of one vGPU.
 func claimFor(name, memory string, cores int64) *resourceapi.ResourceClaim {
-	req := resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
-		DeviceClassName: driverName,
-		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-			"memory": resource.MustParse(memory), "cores": *resource.NewQuantity(cores, resource.DecimalSI),
-		}},
-	}}
-	return &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS},
-		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{req}}},
-	}
+	return cluster.ClaimFor(testNS, name, memory, cores)
 }
 
 // vgpuPod runs the test workload with the claim; it carries the required-plugins annotation
 // (contract §1) that the webhook will add later.
 func vgpuPod(name, claim string, command ...string) *corev1.Pod {
-	if len(command) == 0 {
-		command = []string{"sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"}
-	}
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS, Annotations: map[string]string{
-			"required-plugins.noderesource.dev/container.app": `["` + driverName + `"]`,
-		}},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptrTo[int64](1),
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{
-				Name: "app", Image: workloadImage, ImagePullPolicy: corev1.PullNever, Command: command,
-			}},
-		},
-	}
-	if claim != "" {
-		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
-		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim}}
-	}
-	return p
+	return cluster.VGPUPod(testNS, name, claim, command...)
 }
 
 func ptrTo[T any](v T) *T { return &v }
 
-func createClaim(t *testing.T, c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+func createClaim(t *testing.T, cl *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 	t.Helper()
-	out, err := kube.ResourceV1().ResourceClaims(testNS).Create(context.Background(), c, metav1.CreateOptions{})
+	out, err := kube.ResourceV1().ResourceClaims(testNS).Create(context.Background(), cl, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("create claim %s: %v", c.Name, err)
+		t.Fatalf("create claim %s: %v", cl.Name, err)
 	}
 	return out
 }
@@ -253,12 +180,11 @@ func filepathGlob(pattern string) ([]string, error) { return filepath.Glob(patte
 // mustRunScript runs one of the repository's hack scripts (fault injection).
 func mustRunScript(t *testing.T, script string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(repoRoot, script), args...)
-	out, err := cmd.CombinedOutput()
+	out, err := c.Script(script, args...)
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", script, err, out)
+		t.Fatalf("%v\n%s", err, out)
 	}
-	return string(out)
+	return out
 }
 
 // probeOutput is vgpu_probe's output without its "pid N" line (which differs per run).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"os"
 	"strconv"
 )
 
@@ -87,4 +88,16 @@ func decode(path string, content []byte) (Data, error) {
 		d.Claims = map[string]Claim{}
 	}
 	return d, nil
+}
+
+// ReadFile reads and checks the checkpoint at path without changing anything on disk — unlike
+// Open, which removes the temporary files of a write that a crash interrupted, and would remove
+// a running plugin's: it is for tools and tests that look at the file while a plugin writes it.
+// A missing file is an error (fs.ErrNotExist); a file that cannot be trusted is a *CorruptError.
+func ReadFile(path string) (Data, error) {
+	content, err := os.ReadFile(path)
+	if err != nil {
+		return Data{}, fmt.Errorf("read checkpoint: %w", err)
+	}
+	return decode(path, content)
 }

@@ -8,7 +8,7 @@ GO_PACKAGES := ./...
 export TMPDIR ?= /tmp
 
 .PHONY: all build test-deps test test-go test-tools test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz fuzz-long bench bench-go bench-library clean
-.PHONY: cluster-bins cluster-up cluster-down e2e demo
+.PHONY: cluster-bins cluster-up cluster-down e2e chaos chaos-short demo
 
 all: build
 
@@ -110,6 +110,16 @@ cluster-down:
 ## e2e: the cluster suite: cluster up, images, test/e2e, cluster down (always). Needs root.
 e2e: cluster-bins
 	hack/e2e.sh
+
+## chaos: the chaos suite in full (test/chaos, build tag chaos): faults injected while vGPU pods
+## churn, invariants checked, a summary table printed. Cluster up with the suite's settings, cluster
+## down (always). Needs root. Run time: hack/README.md, "The chaos suite".
+chaos: cluster-bins
+	hack/chaos.sh full
+
+## chaos-short: a few iterations of each fault, about 10 minutes (CI, after make e2e).
+chaos-short: cluster-bins
+	hack/chaos.sh short
 
 ## demo: cluster up with simulated H200s, the chart installed, two pods sharing one GPU, a
 ## summary of what each got. Leaves the cluster up (make cluster-down removes it).

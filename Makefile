@@ -56,10 +56,13 @@ test-library-debug:
 test-library-asan:
 	$(call library_ctest,$(LIBRARY_ASAN_BUILD),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DVGPU_SANITIZE=ON)
 
-## lint: gofmt, go vet, go.mod/go.sum tidy (product and hack/tools), README package map up to date.
+## lint: gofmt, go vet (also the cluster suites behind their build tags), go.mod/go.sum tidy
+## (product and hack/tools), README package map up to date.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(GO_PACKAGES)
+	$(GO) vet -tags e2e ./test/e2e/
+	$(GO) vet -tags chaos ./test/chaos/
 	hack/check-readme-layout.sh
 	@for m in . hack/tools; do \
 	  if ! out=$$(cd $$m && GOFLAGS= $(GO) mod tidy -diff 2>&1); then \

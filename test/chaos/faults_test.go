@@ -188,6 +188,9 @@ func (s *suite) containerdFault() fault {
 			// runtime's gRPC service was unavailable.
 			regexp.MustCompile(`containerd\.sock`),
 			regexp.MustCompile(`(KillContainer|KillPodSandbox|CreatePodSandbox|CreateContainer|StartContainer)Error: "?rpc error: code = Unavailable`),
+			// The kubelet shows a container's start cut by containerd's death as the bare gRPC
+			// transport error (its wording, under the reason RunContainerError).
+			regexp.MustCompile(`^container RunContainerError: error reading from server: EOF$`),
 		},
 		inject: func(fr *faultRun, _ int) error {
 			start := time.Now()

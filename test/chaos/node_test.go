@@ -168,6 +168,8 @@ func livePods(ctx context.Context) (map[string][]string, error) {
 func (s *suite) settle(r *run, what string, timeout time.Duration) {
 	ctx := context.Background()
 	var problems []string
+	start := time.Now()
+	defer func() { r.sample("node settled", time.Since(start)) }()
 	err := cluster.Poll(ctx, timeout, func() (bool, error) {
 		// Pods first: a per-container directory made after this list has a pod in it.
 		pods, err := livePods(ctx)

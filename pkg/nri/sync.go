@@ -16,7 +16,9 @@ import (
 
 // Synchronize rebuilds the cache from the containers the runtime replays, with no API reads
 // (it runs under the runtime's request timeout), marks it synced, and removes the directories
-// of containers the runtime no longer has (contract §4). It returns no updates.
+// of containers the runtime no longer has (contract §4). Running vGPU containers that the
+// runtime created without the plugin's adjustment are stopped after it answers (stray.go). It
+// returns no updates.
 //
 // A replayed container is ours when its env carries a claim UID and our identity env for its
 // own pod and name, the claim is prepared on the NRI path, and its mounts include its config
@@ -33,9 +35,13 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 	containers = slices.Clone(containers)
 	slices.SortStableFunc(containers, func(a, b *api.Container) int { return cmp.Compare(a.GetCreatedAt(), b.GetCreatedAt()) })
 	var instances []Instance
+	var strays []stray
 	for _, ctr := range containers {
-		if in, ok := p.replayed(byID[ctr.GetPodSandboxId()], ctr); ok {
+		pod := byID[ctr.GetPodSandboxId()]
+		if in, ok := p.replayed(pod, ctr); ok {
 			instances = append(instances, in)
+		} else if s, ok := p.strayOf(pod, ctr); ok {
+			strays = append(strays, s)
 		}
 	}
 	unknown := p.keepKnownCgroups(instances)
@@ -48,8 +54,16 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 			p.readCgroups(unknown)
 		}()
 	}
+	if len(strays) > 0 {
+		// After the answer: a reservation may need an API read (stray.go).
+		p.cgroupReads.Add(1)
+		go func() {
+			defer p.cgroupReads.Done()
+			p.stopStrays(strays)
+		}()
+	}
 	removed := p.removeStaleDirs(instances)
-	p.logger.Info("Synchronized with the NRI runtime", "pods", len(pods), "containers", len(containers), "vgpuContainers", len(instances), "staleDirsRemoved", removed)
+	p.logger.Info("Synchronized with the NRI runtime", "pods", len(pods), "containers", len(containers), "vgpuContainers", len(instances), "staleDirsRemoved", removed, "strays", len(strays))
 
 	p.mu.Lock()
 	onSynced := p.onSynced

@@ -28,10 +28,11 @@ type checker struct {
 func (s *suite) startChecker(r *run) *checker {
 	ch := &checker{stopCh: make(chan struct{}), done: make(chan struct{})}
 	firstSeen := map[string]time.Time{}
+	strays := map[string]time.Time{}
 	go func() {
 		defer close(ch.done)
 		for {
-			s.inspectRuntime(r)
+			s.inspectRuntime(r, strays)
 			s.inspectState(r, firstSeen)
 			select {
 			case <-ch.stopCh:
@@ -50,8 +51,11 @@ func (ch *checker) stop() {
 
 // inspectRuntime checks every running container as containerd holds it: no vGPU container runs
 // without its per-container mounts and identity, or with another container's (contract §4).
-// This holds at every moment, so any breach is a violation at once.
-func (s *suite) inspectRuntime(r *run) {
+// This holds at every moment, so any breach is a violation at once — but for one, in a fault
+// with a strayGrace: a container that containerd created with none of the plugin's adjustment
+// because the plugin died under its CreateContainer, which may run until the plugin, back,
+// stops it (strays: container ID → first seen).
+func (s *suite) inspectRuntime(r *run, strays map[string]time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	list, err := s.rt.Running(ctx)
@@ -62,7 +66,31 @@ func (s *suite) inspectRuntime(r *run) {
 		return
 	}
 	r.check(1)
-	for _, p := range cluster.VGPUProblems(list, cluster.StateDir) {
+	now := time.Now()
+	strict := list[:0:0]
+	running := map[string]bool{}
+	for _, ctr := range list {
+		running[ctr.ID] = true
+		if !r.toleratesStrays() || !cluster.Unadjusted(ctr) {
+			strict = append(strict, ctr)
+			continue
+		}
+		if _, ok := strays[ctr.ID]; !ok {
+			strays[ctr.ID] = now
+			r.count("containers created without NRI (the plugin killed under their CreateContainer)")
+		}
+		if now.Sub(strays[ctr.ID]) > r.strayGrace {
+			r.violate(fmt.Sprintf("a vGPU container created without NRI runs on: %s/%s/%s (%.12s)", ctr.Namespace, ctr.Pod, ctr.Name, ctr.ID),
+				fmt.Sprintf("running without its per-container mounts and identity since %s, longer than %v", strays[ctr.ID].Format("15:04:05"), r.strayGrace))
+		}
+	}
+	for id, since := range strays {
+		if !running[id] {
+			r.sample("container created without NRI stopped after", now.Sub(since))
+			delete(strays, id)
+		}
+	}
+	for _, p := range cluster.VGPUProblems(strict, cluster.StateDir) {
 		r.violate("a vGPU container runs without what NRI gives it: "+p, "containerd's own view of the running container")
 	}
 }

@@ -18,9 +18,11 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/test/cluster"
 )
 
-// Bounds of one job: a pod that should run must run within runBound of its creation (through any
-// fault of the suite: the longest, the API outage, is 30 s, and the kubelet retries a pod whose
-// Prepare failed 10-15 s later), and the API calls of a job are retried for apiBound.
+// Bounds of one job: a pod that should run must run within runBound of its creation or of the
+// fault's last injection, whichever is later (run.deadline), and the API calls of a job are
+// retried for apiBound. The kubelet retries a pod whose Prepare failed only at its next resync,
+// a minute or more later; while the plugin is killed every few seconds a pod can miss several
+// retries in a row, so the bound counts from the end of the injections.
 const (
 	runBound = 4 * time.Minute
 	apiBound = 2 * time.Minute
@@ -176,7 +178,7 @@ func (s *suite) createPod(ctx context.Context, r *run, p *corev1.Pod) bool {
 	return true
 }
 
-// awaitJob waits until each of the job's pods runs (within runBound of created), then has the
+// awaitJob waits until each of the job's pods runs (by r.deadline(created)), then has the
 // library register and allocate in it.
 func (s *suite) awaitJob(ctx context.Context, r *run, j job, created time.Time) bool {
 	ok := true
@@ -195,9 +197,8 @@ func (s *suite) awaitJob(ctx context.Context, r *run, j job, created time.Time) 
 // waitRunning waits until the pod's container runs, recording every waiting message it shows on
 // the way (what a user sees in kubectl describe).
 func (s *suite) waitRunning(ctx context.Context, r *run, name string, created time.Time) bool {
-	deadline := created.Add(runBound)
 	var last *corev1.Pod
-	for time.Now().Before(deadline) {
+	for time.Now().Before(r.deadline(created)) {
 		p, err := c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
 			last = p
@@ -213,7 +214,7 @@ func (s *suite) waitRunning(ctx context.Context, r *run, name string, created ti
 		}
 		time.Sleep(cluster.PollInterval)
 	}
-	r.violate("pod never ran: "+name, fmt.Sprintf("not Running %v after its creation; status: %s; events: %s",
+	r.violate("pod never ran: "+name, fmt.Sprintf("not Running %v after its creation or the last injection; status: %s; events: %s",
 		runBound, podStatus(last), s.eventsOf(ctx, name)))
 	return false
 }
@@ -221,18 +222,26 @@ func (s *suite) waitRunning(ctx context.Context, r *run, name string, created ti
 // probe runs vgpu_probe in the pod: with libvgpu.so preloaded it registers with the plugin,
 // reads its limits and allocates 256 MiB (granted: 0) and 1024 MiB more (past the 1Gi claim:
 // CUDA_ERROR_OUT_OF_MEMORY, 2). kubectl exec is retried while the fault keeps the API server or
-// the kubelet from answering; an answer of the library itself is final.
+// the kubelet from answering. An answer of the library itself is final, but for one: in a fault
+// that lets the runtime create a container without the plugin's adjustment (run.strayGrace), the
+// library refuses CUDA there, naming why, until the plugin, back, stops the container; the probe
+// then runs again in the container the kubelet creates instead.
 func (s *suite) probe(ctx context.Context, r *run, pod string, created time.Time) bool {
-	deadline := created.Add(runBound + time.Minute)
 	var out string
 	var err error
-	for time.Now().Before(deadline) {
+	for time.Now().Before(r.deadline(created).Add(time.Minute)) {
+		id, _ := containerID(ctx, pod)
 		out, err = c.Run("kubectl", "exec", "-n", namespace, pod, "-c", "app", "--", "sh", "-c",
 			`FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe alloc 256 1024 2>&1`)
-		if strings.Contains(out, "pid ") { // the probe ran
-			if strings.Contains(out, "alloc 256 MiB = 0") && strings.Contains(out, "alloc 1024 MiB = 2") {
-				return true
-			}
+		switch {
+		case strings.Contains(out, "alloc 256 MiB = 0") && strings.Contains(out, "alloc 1024 MiB = 2"):
+			return true
+		case r.toleratesStrays() && strings.Contains(out, strayRefusal):
+			r.sawUserError("library", firstLine(out))
+			r.count("probes refused in a container created without NRI")
+			s.awaitReplacement(ctx, r, pod, id)
+			continue
+		case strings.Contains(out, "pid ") || strings.Contains(out, "cuInit=") || strings.Contains(out, "libvgpu"):
 			r.violate("the library failed in "+pod, fmt.Sprintf("vgpu_probe alloc 256 1024: %v: %s", err, out))
 			return false
 		}
@@ -241,6 +250,30 @@ func (s *suite) probe(ctx context.Context, r *run, pod string, created time.Time
 	}
 	r.violate("the library never ran in "+pod, fmt.Sprintf("kubectl exec: %v: %s", err, out))
 	return false
+}
+
+// strayRefusal is what libvgpu.so says when its container was created without the plugin's
+// adjustment (library/src: the config directory is missing).
+const strayRefusal = "the container was created without its vGPU configuration"
+
+// awaitReplacement waits (within runBound) until the pod runs another container than old.
+func (s *suite) awaitReplacement(ctx context.Context, r *run, pod, old string) {
+	err := cluster.Poll(ctx, runBound, func() (bool, error) {
+		p, err := c.Kube.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		st := p.Status.ContainerStatuses
+		return len(st) == 1 && st[0].ContainerID != old && st[0].State.Running != nil, nil
+	})
+	if err != nil {
+		r.violate("a container created without NRI is not replaced: "+pod, err.Error())
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
 }
 
 // deleteJob deletes the job's pods (gracefully: the kubelet stops the containers first), waits

@@ -30,6 +30,10 @@ type fault struct {
 	inject func(fr *faultRun, i int) error
 	// finish, when set, runs after the last injection, before the churn stops.
 	finish func(fr *faultRun)
+	// strayGrace, when set, lets a vGPU container that the runtime created without the
+	// plugin's adjustment run that long: the plugin stops it once it is back. Only a plugin that
+	// dies under a CreateContainer makes containerd 2.4.2 do that (contract §4, guard 4).
+	strayGrace time.Duration
 }
 
 // faultRun is one fault's run: its record and the jobs it started beside the churn.
@@ -82,7 +86,8 @@ func (s *suite) faults() []fault {
 // plugin's figures must be back at the baseline.
 func (s *suite) runFault(t *testing.T, f fault) {
 	ctx := context.Background()
-	r := &run{name: f.name, start: time.Now(), causes: append(append([]*regexp.Regexp{}, commonCauses...), f.causes...)}
+	r := &run{name: f.name, start: time.Now(), causes: append(append([]*regexp.Regexp{}, commonCauses...), f.causes...),
+		injecting: true, strayGrace: f.strayGrace}
 	defer func() { s.rows = append(s.rows, r.row()) }()
 	before, err := s.waitPluginServing(ctx, 3*time.Minute)
 	if err != nil {
@@ -109,6 +114,7 @@ func (s *suite) runFault(t *testing.T, f fault) {
 		r.sample("serving again", time.Since(start))
 		s.settle(r, fmt.Sprintf("after injection %d", i+1), 90*time.Second)
 	}
+	r.injectionsDone()
 	if f.finish != nil {
 		f.finish(fr)
 	}
@@ -188,9 +194,10 @@ func (s *suite) containerdFault() fault {
 			// runtime's gRPC service was unavailable.
 			regexp.MustCompile(`containerd\.sock`),
 			regexp.MustCompile(`(KillContainer|KillPodSandbox|CreatePodSandbox|CreateContainer|StartContainer)Error: "?rpc error: code = Unavailable`),
-			// The kubelet shows a container's start cut by containerd's death as the bare gRPC
-			// transport error (its wording, under the reason RunContainerError).
-			regexp.MustCompile(`^container RunContainerError: error reading from server: EOF$`),
+			// The kubelet shows a container's creation or start cut by containerd's death as the
+			// bare gRPC transport error (its wording, under CreateContainerError or
+			// RunContainerError).
+			regexp.MustCompile(`^container (CreateContainerError|RunContainerError): error reading from server: EOF$`),
 		},
 		inject: func(fr *faultRun, _ int) error {
 			start := time.Now()

@@ -243,13 +243,39 @@ func (s *suite) drain(r *run) {
 		for uid, d := range st.dirs {
 			left = append(left, fmt.Sprintf("claim directory %s (tmpfs mounted: %v, container directories %v)", uid, d.mounted, d.containers))
 		}
-		return len(left) == 0, nil
+		temps, err := staleTemporaries()
+		left = append(left, temps...)
+		return len(left) == 0, err
 	})
-	r.check(4) // checkpoint, kubelet state, CDI specs, directories
+	r.check(5) // checkpoint, kubelet state, CDI specs, directories, temporary files
 	if err != nil {
 		slices.Sort(left)
 		for _, l := range left {
 			r.violate("left after the churn drained: "+l, err.Error())
 		}
 	}
+}
+
+// temporaryGlobs match the temporary files the plugin writes its files through (a CDI spec, the
+// checkpoint, the registry socket's staged name): a process killed between creating and renaming
+// one leaves it, and the next instance must clean it up.
+var temporaryGlobs = []string{
+	"/var/run/cdi/." + cluster.DriverName + "-claim_*.tmp",
+	filepath.Join(filepath.Dir(cluster.PluginCheckpoint), "."+filepath.Base(cluster.PluginCheckpoint)+".tmp-*"),
+	filepath.Join(cluster.StateDir, "registry", ".registry.sock.*"),
+}
+
+// staleTemporaries lists the plugin's temporary files that exist now.
+func staleTemporaries() ([]string, error) {
+	var out []string
+	for _, g := range temporaryGlobs {
+		m, err := filepath.Glob(g)
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", g, err)
+		}
+		for _, p := range m {
+			out = append(out, "temporary file "+p)
+		}
+	}
+	return out, nil
 }

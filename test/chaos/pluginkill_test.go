@@ -30,6 +30,11 @@ var killPoints = []string{
 	"random",
 }
 
+// strayGrace is how long a vGPU container created without the plugin's adjustment may run in the
+// plugin-kill fault: the plugin's restart (about 2 s) and its Synchronize, with room for a loaded
+// node.
+const strayGrace = 30 * time.Second
+
 // pluginKillFault: the plugin SIGKILLed at a point of a Prepare (a real kill of the process, as
 // the OOM killer would: no drain, no goodbye), the kubelet restarting its container. Each kill
 // strikes a new claim's Prepare; the churn's Prepares in flight are struck too. What the
@@ -41,8 +46,12 @@ func (s *suite) pluginKillFault() fault {
 			// The kubelet's call broke with the process.
 			regexp.MustCompile(`NodePrepareResources: rpc error: code = Unavailable`),
 			regexp.MustCompile(`NodeUnprepareResources: rpc error: code = Unavailable`),
+			// The library in a container created without the plugin (killed under its
+			// CreateContainer), until the plugin, back, stops it.
+			regexp.MustCompile(`^library: libvgpu: .*` + regexp.QuoteMeta(strayRefusal)),
 		},
-		inject: s.killInPrepare,
+		strayGrace: strayGrace,
+		inject:     s.killInPrepare,
 	}
 }
 

@@ -33,6 +33,37 @@ type run struct {
 	jobs       int
 	pods       int
 	runtimeGap int // inspections that could not reach containerd (it was down)
+	// injecting is true until the fault's last injection has ended, at injected.
+	injecting bool
+	injected  time.Time
+	// strayGrace, when set, is how long a vGPU container created without the plugin's
+	// adjustment may run: the plugin stops it once it is back (fault.strayGrace).
+	strayGrace time.Duration
+}
+
+// toleratesStrays says whether the fault lets the runtime create vGPU containers without the
+// plugin's adjustment for a while.
+func (r *run) toleratesStrays() bool { return r.strayGrace > 0 }
+
+// deadline is when a pod created at created must run: runBound after its creation or after the
+// fault's last injection, whichever is later; none while injections go on.
+func (r *run) deadline(created time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.injecting {
+		return time.Now().Add(runBound)
+	}
+	if r.injected.After(created) {
+		return r.injected.Add(runBound)
+	}
+	return created.Add(runBound)
+}
+
+// injectionsDone marks the end of the fault's injections.
+func (r *run) injectionsDone() {
+	r.mu.Lock()
+	r.injecting, r.injected = false, time.Now()
+	r.mu.Unlock()
 }
 
 // check counts n invariant checks made.
@@ -93,6 +124,7 @@ var (
 	uidPattern = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	idPattern  = regexp.MustCompile(`[0-9a-f]{64}`)
 	jobPattern = regexp.MustCompile(`\b([a-z]+)-\d+(-[ab])?\b`)
+	pidPattern = regexp.MustCompile(`\[\d+\]`) // libvgpu: error[<pid>]
 )
 
 // sawUserError records an error a user sees: an event or a container's waiting message.
@@ -100,6 +132,7 @@ func (r *run) sawUserError(reason, message string) {
 	masked := uidPattern.ReplaceAllString(message, "<uid>")
 	masked = idPattern.ReplaceAllString(masked, "<id>")
 	masked = jobPattern.ReplaceAllString(masked, "$1-<n>$2")
+	masked = pidPattern.ReplaceAllString(masked, "[<pid>]")
 	r.mu.Lock()
 	if r.userErrors == nil {
 		r.userErrors = map[string]int{}

@@ -197,6 +197,21 @@ func VGPUProblems(list []Container, stateDir string) []string {
 	return bad
 }
 
+// Unadjusted says whether c carries our claim UID and none of what NRI gives a vGPU container:
+// no per-container mount, no identity env. containerd 2.4.2 creates such a container when the
+// plugin dies under its CreateContainer (contract §4, "When the plugin does not answer").
+func Unadjusted(c Container) bool {
+	if c.Env["MANAGER_VGPU_CLAIM_UID"] == "" || c.Env["VGPU_POD_UID"] != "" || c.Env["VGPU_CONTAINER_NAME"] != "" {
+		return false
+	}
+	for dest := range perContainerMounts {
+		if _, ok := c.Mounts[dest]; ok {
+			return false
+		}
+	}
+	return true
+}
+
 func describe(c Container) string {
 	return fmt.Sprintf("%s/%s/%s (%.12s)", c.Namespace, c.Pod, c.Name, c.ID)
 }

@@ -33,6 +33,16 @@ func TestVGPUProblems(t *testing.T) {
 	wrongName.Env["VGPU_CONTAINER_NAME"] = "other"
 	others := vgpu("b", podB, "app", dirOf(podA, "app")) // pod B running with pod A's directories
 
+	stray := Container{ID: "stray00000000000", Env: map[string]string{"MANAGER_VGPU_CLAIM_UID": claim}, Mounts: map[string]string{}}
+	for _, tc := range []struct {
+		c    Container
+		want bool
+	}{{stray, true}, {good, false}, {noMount, false}, {noIdentity, false}, {plain, false}} {
+		if got := Unadjusted(tc.c); got != tc.want {
+			t.Errorf("Unadjusted(%s) = %v, want %v", tc.c.ID, got, tc.want)
+		}
+	}
+
 	for _, tc := range []struct {
 		name string
 		list []Container

@@ -191,6 +191,16 @@ static void node_setup(struct node *n)
 			   "\"configDir\": \"%s\", \"cgroupOf\": \"parent\"}]}", n->config);
 		fclose(f);
 	}
+	/* The container's limits and identity, as the plugin writes them (contract §4a): the
+	 * library takes nothing from its env. */
+	char vgpu_config[200];
+	snprintf(vgpu_config, sizeof(vgpu_config), "%s/vgpu.config", n->config);
+	f = fopen(vgpu_config, "w");
+	CHECK(f != NULL, "write %s", vgpu_config);
+	if (f) {
+		fputs("version 1\npod " POD_UID "\ncontainer app\ngpu 0 " FAKE_DEFAULT_UUID " 268435456 0\n", f);
+		fclose(f);
+	}
 }
 
 /* Starts the real server (log at -v=2 appended to n->log) and waits until its socket

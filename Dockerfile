@@ -1,7 +1,11 @@
-# Multi-stage build of the vgpu-dra plugin image, for users who build images with Docker.
+# Multi-stage build of the vgpu-dra image, for users who build images with Docker. One image
+# carries every binary; the chart runs each from it by command.
 # It cannot be built on this project's CI machines (no Docker engine, no registry): there,
 # hack/images.sh assembles the same filesystem layout from host files. Keep the two in step:
-#   /usr/local/bin/<every binary of cmd/>
+#   /usr/local/bin/<every binary of cmd/>  (vgpu-kubelet-plugin and vgpu-device-plugin: the chart
+#                                          runs one of them per node by its command; vgpu-webhook:
+#                                          the admission webhook's Deployment, as UID 65532;
+#                                          vgpu-registry-client: a debugging aid)
 #   /usr/local/lib/vgpu-dra/libvgpu.so   (installed into the host state dir by the plugin)
 ARG GO_VERSION=1.26
 FROM golang:${GO_VERSION}-bookworm AS build

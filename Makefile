@@ -7,8 +7,8 @@ GO_PACKAGES := ./...
 # Short: unix socket paths in tests must stay under ~100 bytes.
 export TMPDIR ?= /tmp
 
-.PHONY: all build test-deps test test-go test-tools test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz fuzz-long bench bench-go bench-library clean
-.PHONY: cluster-bins cluster-up cluster-down e2e chaos chaos-short demo
+.PHONY: all build test-deps test test-go test-tools test-monitoring test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz fuzz-long bench bench-go bench-library clean
+.PHONY: cluster-bins cluster-up cluster-down e2e chaos chaos-short demo bench-webhook
 
 all: build
 
@@ -19,7 +19,7 @@ build:
 
 ## test: unit and integration tests (Go, under the race detector) and the libvgpu.so suite
 ## (CTest), plain and under AddressSanitizer/UndefinedBehaviorSanitizer.
-test: test-deps test-go test-tools test-library test-library-asan
+test: test-deps test-go test-tools test-monitoring test-library test-library-asan
 
 # Debian packages the suites need (installed only when missing).
 test-deps:
@@ -31,6 +31,13 @@ test-go:
 # hack/tools is its own module (the image tool's dependencies stay out of the product's go.mod).
 test-tools:
 	cd hack/tools && $(GO) test -count=1 ./...
+
+# The chart's alert rules: valid, and firing exactly where test/monitoring/alerts_test.yaml says
+# (promtool from Debian's prometheus package). That they name only metrics the plugin exports
+# is pkg/plugin's TestMonitoringNamesExportedMetrics, in test-go.
+test-monitoring:
+	promtool check rules deployments/helm/vgpu-dra/files/alerts.yaml
+	promtool test rules test/monitoring/alerts_test.yaml
 
 LIBRARY_BUILD := $(OUTPUT)/library
 LIBRARY_DEBUG_BUILD := $(OUTPUT)/library-debug
@@ -110,21 +117,30 @@ cluster-up: cluster-bins
 cluster-down:
 	hack/cluster-down.sh
 
-## e2e: the cluster suite: cluster up, images, test/e2e, cluster down (always). Needs root.
-e2e: cluster-bins
+## e2e: the cluster suite: cluster bins (built once, cached per machine), cluster up, images,
+## test/e2e, cluster down (always). Needs root.
+e2e:
 	hack/e2e.sh
 
 ## chaos: the chaos suite in full (test/chaos, build tag chaos): faults injected while vGPU pods
-## churn, invariants checked, a summary table printed. Cluster up with the suite's settings, cluster
-## down (always). Needs root. Run time: hack/README.md, "The chaos suite".
-chaos: cluster-bins
+## churn, invariants checked, a summary table printed. Cluster bins (once), cluster up with the
+## suite's settings, cluster down (always). Needs root. Run time: hack/README.md, "The chaos suite".
+chaos:
 	hack/chaos.sh full
 
 ## chaos-short: a few iterations of each fault, about 10 minutes (CI, after make e2e).
-chaos-short: cluster-bins
+chaos-short:
 	hack/chaos.sh short
 
+## bench-webhook: admission latency of a vGPU pod through the webhook, on the local cluster
+## (up, chart, BenchmarkWebhookAdmission in test/e2e, down). Needs root; figures: docs/performance.md.
+bench-webhook: cluster-bins
+	E2E_GO_TEST_ARGS='-v -run ^$$ -bench ^BenchmarkWebhookAdmission$$ -benchtime 2000x' hack/e2e.sh
+
 ## demo: cluster up with simulated H200s, the chart installed, two pods sharing one GPU, a
-## summary of what each got. Leaves the cluster up (make cluster-down removes it).
-demo: cluster-bins
-	hack/demo.sh
+## summary of what each got, kubectl vgpu and the per-container metrics. MODE=device-plugin shows
+## the device-plugin mode instead (shares of vgpu.dra.dev/vgpu). Leaves the cluster up (make
+## cluster-down removes it). The script builds the cluster binaries once, under the suite lock.
+MODE ?= dra
+demo:
+	MODE=$(MODE) hack/demo.sh

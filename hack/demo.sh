@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # make demo: a local single-node cluster with simulated GPUs, the chart installed, two pods
-# sharing one GPU (deployments/examples), and a short summary of what each pod got.
+# sharing one GPU (deployments/examples), a short summary of what each pod got, and what is left
+# of each GPU (kubectl vgpu) and what each container uses (the plugin's metrics).
+# MODE=device-plugin (make demo MODE=device-plugin) installs the chart in device-plugin mode
+# instead: the same two pods ask for shares of the extended resource vgpu.dra.dev/vgpu
+# (deployments/examples/device-plugin), and the summary also makes the GPU fail and recover.
 # Leaves the cluster up; `make cluster-down` removes it.
 set -euo pipefail
 
@@ -12,16 +16,25 @@ source "${HACK_DIR}/lib/cluster.sh"
 readonly NAMESPACE=vgpu-dra
 readonly RELEASE=vgpu-dra
 readonly PROFILE="${DEMO_PROFILE:-simulated:dgx-h200:1}"
+readonly MODE="${MODE:-dra}"
+readonly RESOURCE=vgpu.dra.dev/vgpu
+readonly DEBUG_SOCKET=/var/lib/vgpu-dra/device-plugin-debug.sock
 export KUBECONFIG="${KUBECONFIG_ADMIN}"
-kubectl() { "${CLUSTER_BIN}/kubectl" "$@"; }
+# kubectl finds its plugin kubectl-vgpu (make build) on PATH.
+kubectl() { PATH="${REPO_ROOT}/_output/bin:${PATH}" "${CLUSTER_BIN}/kubectl" "$@"; }
 helm() { "${CLUSTER_BIN}/helm" "$@"; }
 
 install_chart() {
-  log "installing the chart (${PROFILE})"
+  log "installing the chart (${PROFILE}, mode ${MODE})"
   helm upgrade --install "${RELEASE}" "${REPO_ROOT}/deployments/helm/vgpu-dra" \
     --namespace "${NAMESPACE}" --create-namespace --wait --timeout 3m \
     --set deviceSource="${PROFILE}" --set gpuInjection=none --set gpuCDIKind= \
-    --set image.pullPolicy=Never --set logging.verbosity=4 >/dev/null
+    --set image.pullPolicy=Never --set logging.verbosity=4 --set mode="${MODE}" >/dev/null
+  if [[ "${MODE}" == device-plugin ]]; then
+    kubectl -n "${NAMESPACE}" rollout status "daemonset/${RELEASE}-device-plugin" --timeout=2m >/dev/null
+    until [[ "$(kubectl get nodes -o jsonpath="{.items[0].status.allocatable.${RESOURCE//./\\.}}")" =~ ^[1-9] ]]; do sleep 1; done
+    return
+  fi
   # helm --wait does not wait for a one-node DaemonSet with maxUnavailable 1; the startup probe
   # passes once the kubelet has registered the driver.
   kubectl -n "${NAMESPACE}" rollout status "daemonset/${RELEASE}-kubelet-plugin" --timeout=2m >/dev/null
@@ -30,9 +43,12 @@ install_chart() {
 }
 
 run_examples() {
-  log "starting deployments/examples (two pods, one GPU)"
-  kubectl delete -f "${REPO_ROOT}/deployments/examples/" --ignore-not-found --wait >/dev/null
-  kubectl apply -f "${REPO_ROOT}/deployments/examples/" >/dev/null
+  local examples="${REPO_ROOT}/deployments/examples/"
+  [[ "${MODE}" == device-plugin ]] && examples="${REPO_ROOT}/deployments/examples/device-plugin/"
+  log "starting ${examples#"${REPO_ROOT}/"} (two pods, one GPU)"
+  kubectl delete pod share-a share-b --ignore-not-found --wait >/dev/null
+  kubectl delete -f "${examples}" --ignore-not-found --wait >/dev/null
+  kubectl apply -f "${examples}" >/dev/null
   kubectl wait --for=condition=Ready pod/share-a pod/share-b --timeout=120s >/dev/null
 }
 
@@ -41,9 +57,11 @@ run_examples() {
 summary() {
   local pod claim
   echo
-  echo "== GPUs published by vgpu-dra (ResourceSlices) and what the claims took"
-  kubectl get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.name}{"\t"}{.attributes.uuid.string}{"\tmemory="}{.capacity.memory.value}{"\tcores="}{.capacity.cores.value}{"\n"}{end}'
-  kubectl get resourceclaims -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{range .status.allocation.devices.results[*]}{.device}{"\tmemory="}{.consumedCapacity.memory}{"\tcores="}{.consumedCapacity.cores}{end}{"\n"}{end}'
+  echo "== kubectl vgpu nodes: every GPU vgpu-dra publishes, what the claims took of it and what is left"
+  kubectl vgpu nodes -o wide
+  echo
+  echo "== kubectl vgpu pods: the share each pod holds"
+  kubectl vgpu pods -o wide
   for pod in share-a share-b; do
     claim=$(kubectl get pod "${pod}" -o jsonpath='{.status.resourceClaimStatuses[0].resourceClaimName}')
     echo
@@ -55,19 +73,81 @@ summary() {
   echo
   echo "== libvgpu.so in share-a: allocate 8192 MiB, then 4096 MiB (result 2 = CUDA_ERROR_OUT_OF_MEMORY), then 1024 MiB"
   kubectl exec share-a -- sh -c 'FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe alloc 8192 4096 1024' | sed "s/^/  /"
+  usage
   echo
   echo "The cluster stays up: export KUBECONFIG=${KUBECONFIG_ADMIN}; remove it with: make cluster-down"
 }
 
+# summary_device_plugin is summary for device-plugin mode: the node's shares, each pod's share as
+# its container sees it, the library at work, and the GPU failing and recovering.
+summary_device_plugin() {
+  local pod node gpu
+  node="$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')"
+  echo
+  echo "== node ${node}: shares of ${RESOURCE} (capacity/allocatable) and their size (labels)"
+  kubectl get node "${node}" -o jsonpath="{.status.capacity.${RESOURCE//./\\.}}{\"/\"}{.status.allocatable.${RESOURCE//./\\.}}{\"\\n\"}"
+  kubectl get node "${node}" --show-labels=false -L "${RESOURCE}.shares-per-gpu,${RESOURCE}.memory-mib,${RESOURCE}.cores" | sed "s/^/  /"
+  for pod in share-a share-b; do
+    echo
+    echo "== pod ${pod} (${RESOURCE}: 1)"
+    kubectl exec "${pod}" -- sh -c 'env | grep -E "^(MANAGER_VISIBLE_DEVICE_|CUDA_MEM_LIMIT_|CUDA_CORE_LIMIT_|MANAGER_CLIENT_REGISTER_UUID)" | grep -v "=$" | sort; echo "vgpu.config:"; grep -v "^#" /etc/vgpu-dra/config/vgpu.config | sed "s/^/  /"; echo "registration:"; vgpu-registry-client 2>&1 | sed "s/^/  /"'
+  done
+  local mib
+  mib="$(kubectl get node "${node}" -o jsonpath="{.metadata.labels.${RESOURCE//./\\.}\.memory-mib}")"
+  echo
+  echo "== libvgpu.so in share-a: allocate $((mib - 1024)) MiB, then 2048 MiB (result 2 = CUDA_ERROR_OUT_OF_MEMORY), then 1024 MiB"
+  kubectl exec share-a -- sh -c "FAKE_GPU_DEVICES=\"\$MANAGER_VISIBLE_DEVICE_0:144384\" vgpu_probe alloc $((mib - 1024)) 2048 1024" | sed "s/^/  /"
+  gpu="$(kubectl exec share-a -- sh -c 'echo $MANAGER_VISIBLE_DEVICE_0')"
+  echo
+  echo "== the GPU fails (simulated XID 79 through the plugin's debug socket), then recovers"
+  curl -fsS --unix-socket "${DEBUG_SOCKET}" -X POST "http://localhost/health?gpu=${gpu}&healthy=false&xid=79"
+  until [[ "$(kubectl get node "${node}" -o jsonpath="{.status.allocatable.${RESOURCE//./\\.}}")" == 0 ]]; do sleep 0.5; done
+  echo "  allocatable ${RESOURCE} after the fault: 0"
+  curl -fsS --unix-socket "${DEBUG_SOCKET}" -X POST "http://localhost/health?gpu=${gpu}&healthy=true"
+  until [[ "$(kubectl get node "${node}" -o jsonpath="{.status.allocatable.${RESOURCE//./\\.}}")" =~ ^[1-9] ]]; do sleep 0.5; done
+  echo "  allocatable ${RESOURCE} after the recovery: $(kubectl get node "${node}" -o jsonpath="{.status.allocatable.${RESOURCE//./\\.}}")"
+  echo
+  echo "The cluster stays up: export KUBECONFIG=${KUBECONFIG_ADMIN}; remove it with: make cluster-down"
+}
+
+# usage shows the plugin's per-container metrics: a process in share-a holds 9 GiB of its 10Gi
+# (the fake driver's memory, counted by libvgpu.so's ledger), and /metrics has it within one
+# sample (5 s).
+usage() {
+  local ip metrics
+  kubectl exec share-a -- sh -c 'FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe hold 9216 >/tmp/hold.out 2>&1 &'
+  ip=$(kubectl -n "${NAMESPACE}" get pods -l app.kubernetes.io/component=kubelet-plugin -o jsonpath='{.items[0].status.podIP}')
+  for _ in $(seq 1 60); do
+    metrics=$(curl -fsS --max-time 3 "http://${ip}:8080/metrics" | grep -E '^vgpu_dra_(container_(memory|cores)_|gpu_(memory|cores|shares|containers))' || true)
+    grep -q 'container_memory_used_bytes{.*pod="share-a".* 9.663676416e+09' <<<"${metrics}" && break
+    sleep 0.5
+  done
+  echo
+  echo "== the plugin's /metrics (${ip}:8080): share-a holds 9 GiB of its 10Gi, share-b nothing"
+  sed 's/^/  /' <<<"${metrics}"
+}
+
 main() {
+  case "${MODE}" in
+    dra | device-plugin) ;;
+    *) die "MODE=${MODE}: want dra or device-plugin" ;;
+  esac
   require_root
   take_suite_lock
+  # The cluster's binaries are built (or found in the machine's cache) once, here: make demo
+  # no longer depends on cluster-bins, and cluster-up.sh is run directly rather than through
+  # make cluster-up, whose own cluster-bins prerequisite waited on the build lock a second time.
+  "${HACK_DIR}/build-cluster-bins.sh"
   "${HACK_DIR}/build-artifacts.sh"
-  make -C "${REPO_ROOT}" --no-print-directory cluster-up
+  "${HACK_DIR}/cluster-up.sh"
   "${HACK_DIR}/images.sh" plugin test-workload
   install_chart
   run_examples
-  summary
+  if [[ "${MODE}" == device-plugin ]]; then
+    summary_device_plugin
+  else
+    summary
+  fi
 }
 
 main "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make e2e: brings the local cluster up (hack/cluster-up.sh), builds and imports the plugin and
 # workload images, runs the Go e2e suite (test/e2e, build tag e2e) against it, and always takes
-# the cluster down again, also when the suite fails.
+# the cluster down again, also when the suite fails. E2E_GO_TEST_ARGS replaces the selection of
+# what runs (make bench-webhook runs the webhook's admission benchmark instead of the tests).
 set -euo pipefail
 
 export LOG_NAME=e2e
@@ -19,14 +20,20 @@ teardown() {
 main() {
   require_root
   take_suite_lock
+  # Once, here (see hack/demo.sh): make e2e does not depend on cluster-bins, and cluster-up.sh
+  # runs directly, so the build lock is not waited on twice.
+  "${HACK_DIR}/build-cluster-bins.sh"
+  "${HACK_DIR}/install-test-deps.sh" # prometheus, which the suite runs
   "${HACK_DIR}/build-artifacts.sh"
   log "helm lint"
   "${CLUSTER_BIN}/helm" lint --strict "${REPO_ROOT}/deployments/helm/vgpu-dra"
   trap teardown EXIT
-  make -C "${REPO_ROOT}" --no-print-directory cluster-up
-  "${HACK_DIR}/images.sh" plugin test-workload
+  "${HACK_DIR}/cluster-up.sh"
+  "${HACK_DIR}/images.sh" plugin plugin-next test-workload
   log "running test/e2e"
-  (cd "${REPO_ROOT}" && KUBECONFIG="${KUBECONFIG_ADMIN}" go test -tags e2e -count=1 -v -timeout 20m ./test/e2e/)
+  local args=(-v)
+  [[ -n "${E2E_GO_TEST_ARGS:-}" ]] && read -r -a args <<<"${E2E_GO_TEST_ARGS}"
+  (cd "${REPO_ROOT}" && KUBECONFIG="${KUBECONFIG_ADMIN}" go test -tags e2e -count=1 -timeout 25m "${args[@]}" ./test/e2e/)
 }
 
 main "$@"

@@ -9,6 +9,9 @@
 #                  in _output/workload-cuda (vgpu_probe, fake libcuda/libnvidia-ml) with their glibc
 #   plugin         docker.io/vgpu-dra/vgpu-dra:dev, every binary in _output/bin (make build) with the
 #                  shared libraries it links, plus libvgpu.so once it is built (PLUGIN_LIBVGPU)
+#   plugin-next    the plugin image built again as docker.io/vgpu-dra/vgpu-dra:next, with a build
+#                  marker (/etc/vgpu-dra-build) that makes it another image: what the e2e suite's
+#                  helm upgrade rolls to
 #   base           pause and test-workload (what cluster-up imports)
 # Archives are written to _output/cluster/images/<image>.tar (OCI image layout, see
 # hack/tools/cmd/imagetool). `ctr images import` of an unchanged archive is a no-op.
@@ -103,7 +106,7 @@ shared_libraries() {
 # libraries to the same paths as on this host, libvgpu.so (when built) to PLUGIN_IMAGE_LIBVGPU.
 # To add files, extend the args here; keep the layout in step with the top-level Dockerfile.
 build_plugin_image() {
-  local bin lib bins=() args=()
+  local name="${2:-${PLUGIN_IMAGE}}" archive="${3:-plugin.tar}" bin lib bins=() args=("${@:4}")
   for bin in "${PLUGIN_BIN_DIR}"/*; do
     [[ -f "${bin}" && -x "${bin}" ]] && bins+=("${bin}")
   done
@@ -119,7 +122,14 @@ build_plugin_image() {
   else
     log "no ${PLUGIN_LIBVGPU}: plugin image without libvgpu.so"
   fi
-  "${IMAGETOOL}" -o "${IMAGE_DIR}/plugin.tar" -name "${PLUGIN_IMAGE}" -dir /tmp:1777 "${args[@]}"
+  "${IMAGETOOL}" -o "${IMAGE_DIR}/${archive}" -name "${name}" -dir /tmp:1777 "${args[@]}"
+}
+
+# build_plugin_next_image: the plugin image again under the tag "next", with a file that says so.
+build_plugin_next_image() {
+  local work="$1"
+  echo "next" >"${work}/build"
+  build_plugin_image "${work}" "${PLUGIN_IMAGE%:*}:next" plugin-next.tar -add "${work}/build:/etc/vgpu-dra-build:644"
 }
 
 # import_image ARCHIVE loads an archive into the CRI namespace (k8s.io) of the cluster's
@@ -137,8 +147,8 @@ main() {
     case "$1" in
       --no-import) import=0 ;;
       base) images+=(pause test-workload) ;;
-      pause | test-workload | plugin) images+=("$1") ;;
-      *) die "unknown image $1 (pause, test-workload, plugin, base)" ;;
+      pause | test-workload | plugin | plugin-next) images+=("$1") ;;
+      *) die "unknown image $1 (pause, test-workload, plugin, plugin-next, base)" ;;
     esac
     shift
   done

@@ -21,6 +21,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
 	"github.com/vgpu-dra/vgpu-dra/pkg/plugin"
+	"github.com/vgpu-dra/vgpu-dra/pkg/usage"
 )
 
 func main() {
@@ -71,10 +72,15 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		<-ctx.Done()
-		klog.FromContext(ctx).Info("Shutting down", "cause", context.Cause(ctx))
+		select {
+		case <-ctx.Done():
+			klog.FromContext(ctx).Info("Shutting down", "cause", context.Cause(ctx))
+		case <-p.Failed():
+			// Exit non-zero so that the DaemonSet restarts the plugin (issue 12 item 8).
+			klog.FromContext(ctx).Error(p.Err(), "Shutting down after an unrecoverable error")
+		}
 		p.Stop()
-		return nil
+		return p.Err()
 	})
 }
 
@@ -100,6 +106,10 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&c.NRISocket, "nri-socket", nri.DefaultSocket, "The container runtime's NRI socket (feature gate NRISupport).")
 	fs.StringVar(&c.NRIPluginIndex, "nri-plugin-index", nri.DefaultPluginIndex, "NRI plugin index, two digits; the runtime sees <index>-<driver name>.")
 	fs.DurationVar(&c.NRIFailureGrace, "nri-failure-grace", nri.DefaultFailureGrace, "After a good NRI session, how long NRI may be lost before the liveness probe fails.")
+	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", plugin.DefaultReconcileInterval, "How often claims prepared on this node are checked against the API server, and those no longer in use here unprepared (also once at start-up); 0: only at start-up.")
+	fs.StringVar(&c.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of this instance's pod (env POD_UID, the downward API's metadata.uid): its kubelet sockets are named after it, and the node is handed over to a new instance, or taken over from the running one, while pods keep starting. Empty: one instance at a time.")
+	fs.DurationVar(&c.UsageInterval, "usage-interval", usage.DefaultInterval, "How often each vGPU container's memory and core use is sampled for /metrics (its ledger, vgpu.config, pids.config and NVML's per-process figures); 0 disables the per-container and per-GPU usage metrics.")
+	fs.IntVar(&c.UsageMaxSeries, "usage-max-series", usage.DefaultMaxSeries, "Most (container, GPU) pairs the per-container metrics show; the rest are counted in vgpu_dra_usage_series_omitted.")
 	fs.StringVar(&c.DebugSocket, "debug-socket", "", `Unix socket of the JSON debug endpoint (NRI state, cache, prepared claims); default <state-dir>/debug.sock, "-" disables it.`)
 	common.AddFlags(fs)
 	return f, nil

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Starting cluster components: shared by cluster-up.sh and the fault-injection scripts of the
-# e2e and chaos suites (cluster-restart-containerd.sh, hack/chaos/). Sourced after lib/cluster.sh.
+# e2e and chaos suites (cluster-restart-containerd.sh, cluster-restart-kubelet.sh, hack/chaos/).
+# Sourced after lib/cluster.sh.
 
 # How long one component may take to become healthy on a loaded two-core machine.
 STARTUP_TIMEOUT_S="${VGPU_DRA_STARTUP_TIMEOUT_S:-120}"

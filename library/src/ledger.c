@@ -204,6 +204,7 @@ int vgpu_ledger_reserve(struct vgpu_ledger *l, int dev, uint64_t bytes, uint64_t
 			reclaim_dead(l, now); /* a dead process may hold what we need */
 	}
 	rc = 1;
+	__atomic_fetch_add(&f->h.refused, 1, __ATOMIC_RELAXED);
 out:
 	vgpu_ledger_unlock(l);
 	return rc;

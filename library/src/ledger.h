@@ -27,7 +27,12 @@
  * others; the worst a holder killed half-way leaves behind is its own slot, reclaimed as dead.
  *
  * The file is created complete under a temporary name and then linked into place
- * (shm_file.h): a SIGKILL during creation never leaves a half-written ledger. */
+ * (shm_file.h): a SIGKILL during creation never leaves a half-written ledger.
+ *
+ * The plugin reads the file too, for its per-container metrics (pkg/usage, contract.md §4a):
+ * without the lock, never blocking, counting a used slot only while its lock is held. Its Go
+ * reader follows this layout field by field; library/test/ledger_layout.c prints the layout
+ * for the Go test that fails when the two drift apart. */
 #ifndef VGPU_LEDGER_H
 #define VGPU_LEDGER_H
 
@@ -63,7 +68,8 @@ struct ledger_header {
 	uint64_t unseen[VGPU_MAX_DEVICES];        /* bytes NVML sees and the hooks do not */
 	uint64_t reconciled_ns[VGPU_MAX_DEVICES]; /* CLOCK_MONOTONIC of the last reconciliation */
 	uint64_t reclaimed_ns;                    /* last dead-slot scan */
-	uint64_t reserved[7];
+	uint64_t refused;    /* reservations refused for the limit, all devices: the plugin's metrics read it */
+	uint64_t reserved[6];
 };
 
 struct ledger_file {
@@ -77,6 +83,7 @@ _Static_assert(offsetof(struct ledger_slot, owner) == 8 && offsetof(struct ledge
 	       "ledger slot layout");
 _Static_assert(sizeof(struct ledger_header) == 32 + 16 * VGPU_MAX_DEVICES + 64, "ledger header layout");
 _Static_assert(offsetof(struct ledger_header, unseen) == 32, "ledger header layout");
+_Static_assert(offsetof(struct ledger_header, refused) == 32 + 16 * VGPU_MAX_DEVICES + 8, "ledger header layout");
 _Static_assert(offsetof(struct ledger_file, slot) == sizeof(struct ledger_header), "ledger file layout");
 _Static_assert(sizeof(struct ledger_file) == 352 + 144 * LEDGER_SLOTS, "ledger file layout");
 

@@ -35,6 +35,7 @@ static void test_basic(void)
 	struct vgpu_ledger l;
 	open_ledger(&l);
 	uint64_t hooked, total;
+	uint64_t refused = l.map->h.refused;
 	CHECK_EQ_INT(vgpu_ledger_reserve(&l, 2, 600, 1000), 0);
 	CHECK_EQ_INT(vgpu_ledger_reserve(&l, 2, 401, 1000), 1);
 	CHECK_EQ_INT(vgpu_ledger_reserve(&l, 2, 400, 1000), 0);
@@ -47,6 +48,8 @@ static void test_basic(void)
 	CHECK_EQ_INT(vgpu_ledger_reserve(&l, 2, 701, 1000), 1);
 	CHECK_EQ_INT(vgpu_ledger_reserve(&l, 2, 700, 1000), 0);
 	CHECK(vgpu_ledger_usage(&l, 2, &hooked, &total) == 0 && hooked == 700 && total == 1000, "usage with unseen");
+	/* the two refusals are counted for the plugin's metrics, the reservations that fit are not */
+	CHECK(l.map->h.refused == refused + 2, "refused counts refusals");
 	CHECK_EQ_INT(vgpu_ledger_release(&l, 2, 700), 0);
 	CHECK_EQ_INT(vgpu_ledger_reconcile(&l, 2, 0, vgpu_now_ns()), 0);
 	vgpu_ledger_forget(&l);

@@ -4,7 +4,7 @@
  * a target by renaming a new file over it). What is asserted is what a user sees: the
  * probe's return codes and stderr, and the pids.config the server wrote.
  * One ctest per scenario:
- *   test_real_registry <nri|perclaim|retry|not_found|restart|missing_dir>
+ *   test_real_registry <nri|perclaim|retry|not_found|restart|missing_dir|ledger>
  * The per-claim path decides the caller's pod by its cgroup alone, so that scenario
  * creates a real pod-like cgroup (as root, like the Go registry tests) and starts the
  * probe inside it. */
@@ -585,11 +585,58 @@ static void test_missing_dir(void)
 	root_teardown(&r);
 }
 
+/* Runs the plugin's Go reader of the ledger (test/ledgerdump over pkg/usage) on dir. */
+static void ledgerdump(const char *dir, char *out, size_t cap)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "%s %s 2>&1", LEDGERDUMP_BIN, dir);
+	out[0] = '\0';
+	FILE *p = popen(cmd, "r");
+	if (p == NULL) {
+		CHECK(0, "popen %s: %s", cmd, strerror(errno));
+		return;
+	}
+	size_t got = fread(out, 1, cap - 1, p);
+	out[got] = '\0';
+	CHECK(pclose(p) == 0, "ledgerdump %s failed: %s", dir, out);
+}
+
+/* The layouts of the C writer and the plugin's Go reader agree (the Go side also compares
+ * every offset with library/test/ledger_layout.c): a process that holds 200 MiB under its
+ * 256 MiB limit and was refused 100 MiB more reads as such, and once it is SIGKILLed its slot
+ * no longer counts, by the same OFD-lock liveness the library uses. */
+static void test_ledger(void)
+{
+	struct root r;
+	root_setup(&r, CONFIG_NRI);
+	nri_targets(&r, 1, r.config);
+	CHECK(server_start(&r) == 0, "server start");
+	pid_t pid = spawn(&r, PROBE("hold", "200", "100"), nri_identity, NULL, "hold");
+	char path[256], held[4096] = "";
+	snprintf(path, sizeof(path), "%s/hold.out", r.dir);
+	for (double deadline = now_s() + 30; now_s() < deadline && strstr(held, "held\n") == NULL; usleep(10000))
+		slurp(path, held, sizeof(held));
+	CHECK_STR_CONTAINS(held, "alloc 200 MiB = 0\nalloc 100 MiB = 2\nheld\n");
+	char vmem[160], out[4096];
+	snprintf(vmem, sizeof(vmem), "%s/tmp/.vmem_node", r.dir);
+	ledgerdump(vmem, out, sizeof(out));
+	CHECK_STR_CONTAINS(out, "used 0 209715200\nused 1 0\n");
+	CHECK_STR_CONTAINS(out, "refused 1\nprocesses 1\n");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	ledgerdump(vmem, out, sizeof(out));
+	CHECK_STR_CONTAINS(out, "used 0 0\n");
+	CHECK_STR_CONTAINS(out, "refused 1\nprocesses 0\n");
+	printf("ledger: the Go reader saw 200 MiB and 1 refusal, then nothing once the process was killed\n");
+	root_teardown(&r);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
 		{ "nri", test_nri }, { "perclaim", test_perclaim }, { "retry", test_retry },
 		{ "not_found", test_not_found }, { "restart", test_restart }, { "missing_dir", test_missing_dir },
+		{ "ledger", test_ledger },
 	};
 	signal(SIGPIPE, SIG_IGN);
 	return test_dispatch(argc, argv, "real_registry_", tests, sizeof(tests) / sizeof(tests[0]));

@@ -108,18 +108,22 @@ func writeValidated(path string, data []byte) (err error) {
 	return nil
 }
 
-// removeStaleTemps removes this driver's temporary spec files (writeValidated's names) that a
-// crash between create and rename left behind; nothing else in the directory is touched. At
+// removeStaleTemps removes this driver's temporary spec files (writeValidated's names, of the
+// per-claim specs and of the shares' spec) that a crash between create and rename left
+// behind; nothing else in the directory is touched. At
 // start-up no write is in progress: the instance lock makes this process the only writer.
 func removeStaleTemps(dir, driverName string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("list CDI spec directory: %w", err)
 	}
-	prefix := "." + driverName + "-" + specClass + "_"
+	claimPrefix := "." + driverName + "-" + specClass + "_"
+	sharesPrefix := "." + sharesSpecName(driverName) + "."
 	var errs []error
 	for _, e := range entries {
-		if name := e.Name(); e.Type().IsRegular() && strings.HasPrefix(name, prefix) && strings.HasSuffix(name, ".tmp") {
+		name := e.Name()
+		ours := strings.HasPrefix(name, claimPrefix) || strings.HasPrefix(name, sharesPrefix)
+		if e.Type().IsRegular() && ours && strings.HasSuffix(name, ".tmp") {
 			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("remove stale temporary spec: %w", err))
 			}

@@ -195,13 +195,17 @@ func TestNewWriterRemovesStaleTemps(t *testing.T) {
 	if err := os.MkdirAll(o.SpecDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	stale := filepath.Join(o.SpecDir, "."+testDriver+"-claim_"+claimUID+".json.123456.tmp")
+	stale := []string{
+		filepath.Join(o.SpecDir, "."+testDriver+"-claim_"+claimUID+".json.123456.tmp"),
+		filepath.Join(o.SpecDir, "."+testDriver+"-share.json.654321.tmp"), // the device plugin's
+	}
 	keep := []string{
+		filepath.Join(o.SpecDir, testDriver+"-share.json"),
 		filepath.Join(o.SpecDir, "."+"other.vendor-claim_"+claimUID+".json.1.tmp"), // another driver's
 		filepath.Join(o.SpecDir, testDriver+"-claim_"+claimUID2+".json"),           // a spec
 		filepath.Join(o.SpecDir, "nvidia.yaml"),
 	}
-	for _, p := range append(keep, stale) {
+	for _, p := range append(keep, stale...) {
 		if err := os.WriteFile(p, []byte("{}"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -209,8 +213,10 @@ func TestNewWriterRemovesStaleTemps(t *testing.T) {
 	if _, err := NewWriter(o); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(stale); !os.IsNotExist(err) {
-		t.Errorf("stale temporary spec still there: %v", err)
+	for _, p := range stale {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("stale temporary spec %s still there: %v", p, err)
+		}
 	}
 	for _, p := range keep {
 		if _, err := os.Stat(p); err != nil {

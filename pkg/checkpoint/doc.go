@@ -4,12 +4,21 @@
 //
 // # File
 //
-// One JSON file, {"version":"v1","checksum":N,"data":{...}}, where N is the CRC-32 (IEEE) of
-// the exact bytes of the data value. It is replaced as a whole by fsutil.WriteFileAtomic
-// (temporary file in the same directory, fsync, rename, directory fsync), mode 0600. A file
-// that does not parse, fails its checksum or has an unknown version is reported as a
-// *CorruptError naming the file; it is never reset silently. A missing file is an empty
-// checkpoint.
+// One JSON file, {"version":"v1","writer":"...","checksum":N,"data":{...}}, where N is the
+// CRC-32 (IEEE) of the exact bytes of the data value. It is replaced as a whole by
+// fsutil.WriteFileAtomic (temporary file in the same directory, fsync, rename, directory
+// fsync), mode 0600. A file that does not parse, fails its checksum or has an unknown version
+// is reported as a *CorruptError naming the file; one of a newer version than this package
+// reads as a *VersionError naming the version and the writer. It is never reset silently. A
+// missing file is an empty checkpoint.
+//
+// # Versions
+//
+// v1 is the first format; v2 adds a device's adminAccess. Every version ever written is read
+// (testdata holds a file of each). A file is written in the oldest version that can hold its
+// data, so that a plugin rolled back to one that reads only v1 keeps its claims until an
+// admin-access claim is prepared — and then refuses the file, naming v2, rather than count an
+// admin-access device against the GPU's capacity.
 //
 // # Reads
 //

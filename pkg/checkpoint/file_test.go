@@ -50,7 +50,7 @@ func TestRoundTripFieldNames(t *testing.T) {
 		obj  map[string]any
 		keys []string
 	}{
-		{"envelope", doc, []string{"version", "checksum", "data"}},
+		{"envelope", doc, []string{"version", "writer", "checksum", "data"}},
 		{"data", data, []string{"bootID", "claims"}},
 		{"claim", claim, []string{"namespace", "name", "state", "path", "reservedFor", "registerUUID", "devices"}},
 		{"device", device, []string{"request", "pool", "device", "shareID", "gpuUUID", "index", "memoryBytes", "cores", "cdiDeviceIDs"}},
@@ -114,8 +114,13 @@ func TestOpenCorrupt(t *testing.T) {
 		},
 		{
 			name:       "unknown version",
-			damage:     func(c []byte) []byte { return bytes.Replace(c, []byte(`"version":"v1"`), []byte(`"version":"v2"`), 1) },
-			wantReason: `unknown version "v2"`,
+			damage:     func(c []byte) []byte { return bytes.Replace(c, []byte(`"version":"v1"`), []byte(`"version":"v0"`), 1) },
+			wantReason: `unknown version "v0"`,
+		},
+		{
+			name:       "version that is not v<N>",
+			damage:     func(c []byte) []byte { return bytes.Replace(c, []byte(`"version":"v1"`), []byte(`"version":"v02"`), 1) },
+			wantReason: `unknown version "v02"`,
 		},
 		{
 			name:       "no checksum",

@@ -139,3 +139,16 @@ func putClaim(uid string, c Claim) func(*Data) error {
 func checkpointPath(t testing.TB) string {
 	return filepath.Join(t.TempDir(), contract.CheckpointFile)
 }
+
+// adminClaim is a claim of one adminAccess result on the NRI path: no limits (format v2).
+func adminClaim() Claim {
+	return Claim{
+		Namespace: "monitoring", Name: "dcgm", State: PrepareCompleted, Path: contract.PathNRI,
+		ReservedFor: []string{podY},
+		Devices: []Device{{
+			Request: "gpu", Pool: "node-1", Device: "gpu-0", ShareID: "4d3c2b1a-0a3b-4c5d-8e6f-1a2b3c4d5e6f",
+			GPUUUID: "GPU-3b2a1c0d-9e8f-7a6b-5c4d-3e2f1a0b9c8d", Index: 3, AdminAccess: true,
+			CDIDeviceIDs: []string{"vgpu.dra.dev/claim=" + uidB + "-gpu-gpu-0-4d3c2b1a", "vgpu.dra.dev/claim=" + uidB + "-common"},
+		}},
+	}
+}

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -23,6 +24,8 @@ const fileMode os.FileMode = 0o600
 // plugin per node).
 type Store struct {
 	path string
+	// writer is written into the file's envelope (DefaultWriter unless WithWriter says).
+	writer string
 	// write replaces the file; fsutil.WriteFileAtomic except in tests that count writes.
 	write func(path string, data []byte, perm os.FileMode) error
 
@@ -37,7 +40,16 @@ type Store struct {
 	// onDisk is the encoded data of the file as this Store last wrote it (nil before its
 	// first write). Only the leader touches it; leadership passes under mu.
 	onDisk []byte
+
+	// sealed refuses every Update with ErrSealed (Seal); idle is closed whenever no batch is
+	// being committed, so that Seal can wait for the last one.
+	sealed bool
+	idle   chan struct{}
 }
+
+// ErrSealed is Update's error on a store that Seal handed over to another instance (contract
+// §14): the file belongs to the next owner, and this process must not write it again.
+var ErrSealed = errors.New("checkpoint handed over to another plugin instance; this one no longer writes it")
 
 // update is one caller's pending mutation and the channel its outcome arrives on.
 type update struct {
@@ -53,10 +65,18 @@ type outcome struct {
 	panicValue any
 }
 
+// Option changes how Open sets up the store.
+type Option func(*Store)
+
+// WithWriter names the writer recorded in the file instead of DefaultWriter.
+func WithWriter(writer string) Option { return func(s *Store) { s.writer = writer } }
+
 // Open loads the checkpoint at path. A missing file is an empty checkpoint; a file that
-// cannot be trusted is a *CorruptError. The directory must already exist. Temporary files
-// left by a write that a crash interrupted are removed.
-func Open(path string) (*Store, error) {
+// cannot be trusted is a *CorruptError, one in a newer format than this package reads a
+// *VersionError. A file of an older format is read as it is and rewritten in the format its
+// data needs at the next update. The directory must already exist. Temporary files left by a
+// write that a crash interrupted are removed.
+func Open(path string, opts ...Option) (*Store, error) {
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -79,7 +99,10 @@ func Open(path string) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{path: path, write: fsutil.WriteFileAtomic}
+	s := &Store{path: path, writer: DefaultWriter(), write: fsutil.WriteFileAtomic, idle: closedChan()}
+	for _, o := range opts {
+		o(s)
+	}
 	s.durable.Store(&d)
 	return s, nil
 }
@@ -114,8 +137,15 @@ func (s *Store) Snapshot() Data {
 func (s *Store) Update(mutate func(*Data) error) error {
 	u := &update{mutate: mutate, done: make(chan outcome, 1)}
 	s.mu.Lock()
+	if s.sealed {
+		s.mu.Unlock()
+		return fmt.Errorf("update checkpoint %s: %w", s.path, ErrSealed)
+	}
 	s.queue = append(s.queue, u)
 	lead := !s.leading
+	if lead {
+		s.idle = make(chan struct{})
+	}
 	s.leading = true
 	s.mu.Unlock()
 	if !lead {
@@ -149,6 +179,7 @@ func (s *Store) lead(self *update) outcome {
 		next = s.queue[0]
 	} else {
 		s.leading = false
+		close(s.idle)
 	}
 	s.mu.Unlock()
 	if next != nil {
@@ -211,7 +242,7 @@ func apply(mutate func(*Data) error, d *Data) (o outcome) {
 
 // persist writes d to the file unless the file already holds exactly that data.
 func (s *Store) persist(d Data) error {
-	dataBytes, file, err := encode(d)
+	dataBytes, file, err := encode(d, s.writer)
 	if err != nil {
 		return fmt.Errorf("write checkpoint %s: %w", s.path, err)
 	}
@@ -255,4 +286,50 @@ func (s *Store) Find(match func(uid string, c *Claim) bool) (string, Claim, bool
 		}
 	}
 	return "", Claim{}, false
+}
+
+// Seal stops this store from writing the file: every later Update fails with ErrSealed, and
+// Seal returns once the updates already queued are committed (or ctx ends, with its error and
+// the store unsealed again). After Seal the file on disk is final for this process: the next
+// owner opens it (contract §14, the handover's fence).
+func (s *Store) Seal(ctx context.Context) error {
+	s.mu.Lock()
+	s.sealed = true
+	idle := s.idle
+	s.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		s.Unseal()
+		return fmt.Errorf("seal checkpoint %s: updates still being written: %w", s.path, context.Cause(ctx))
+	}
+}
+
+// Unseal lets Update write again (a handover that was called off before the file changed hands).
+func (s *Store) Unseal() {
+	s.mu.Lock()
+	s.sealed = false
+	s.mu.Unlock()
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// Load reads and checks the checkpoint at path without taking it over: unlike Open it removes
+// nothing (a temporary file may be the owner's write in progress) and returns the data, not a
+// store. A successor uses it to learn, before it asks for the node, whether it can read what the
+// owner wrote (contract §14): the errors are Open's (*CorruptError, *VersionError).
+func Load(path string) (Data, error) {
+	content, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Data{Claims: map[string]Claim{}}, nil
+	case err != nil:
+		return Data{}, fmt.Errorf("read checkpoint %s: %w", path, err)
+	}
+	return decode(path, content)
 }

@@ -55,6 +55,10 @@ type Device struct {
 	MemoryBytes  int64    `json:"memoryBytes"`
 	Cores        int64    `json:"cores"`
 	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
+	// AdminAccess marks a result of an adminAccess request: no limits (MemoryBytes and Cores
+	// are 0), not counted against the GPU's capacity. Format v2 (omitted when false, so that
+	// a checkpoint without such a device stays a v1 file).
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }
 
 // DeepCopy returns a copy of d that shares no memory with it; nil maps and slices stay nil.

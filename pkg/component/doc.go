@@ -4,10 +4,11 @@
 // metrics served together with the process-wide Go, process and client-go REST client metrics),
 // and running until SIGTERM or SIGINT.
 //
-// A binary's main adds its own flags next to these, then calls Run:
+// A binary's main adds its own flags next to these, then calls Run (cmd/vgpu-webhook):
 //
-//	opts := component.NewOptions("vgpu-webhook")
+//	opts, err := component.NewOptions("vgpu-webhook", defaultHealthPort)
 //	opts.AddFlags(fs)
 //	fs.Parse(os.Args[1:])
+//	opts.Complete()
 //	component.Run(opts, func(ctx context.Context) error { ... })
 package component

@@ -5,6 +5,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
@@ -27,7 +28,8 @@ func failf(reason, format string, args ...any) error {
 // devicesOf maps the claim's allocation results of this driver to checkpoint devices.
 // Memory and cores are recorded as consumed; 0 means the whole GPU (no limit): an unsized
 // request consumes the published default, which is the whole capacity, and VGPUSupport off
-// allocates whole GPUs only.
+// allocates whole GPUs only. An admin-access result gets no limit whatever the scheduler
+// computed as consumed (contract §3, "Admin access").
 func (d *Driver) devicesOf(claim *resourceapi.ResourceClaim) ([]checkpoint.Device, error) {
 	ref := claim.Namespace + "/" + claim.Name
 	if claim.Status.Allocation == nil {
@@ -45,17 +47,20 @@ func (d *Driver) devicesOf(claim *resourceapi.ResourceClaim) ([]checkpoint.Devic
 		if !ok {
 			return nil, failf(metrics.ReasonInvalidClaim, "claim %s: device %s is not a GPU of node %s", ref, r.Device, d.cfg.NodeName)
 		}
-		if ev, bad := d.health.unhealthy(g.UUID); bad {
+		admin := ptr.Deref(r.AdminAccess, false)
+		// An operator inspects a faulty GPU through an admin-access claim (diagnostics, DCGM):
+		// it takes no share and runs nothing of a tenant's, so the GPU's health does not stop it.
+		if ev, bad := d.health.unhealthy(g.UUID); bad && !admin {
 			return nil, failf(metrics.ReasonUnhealthyDevice, "claim %s: device %s (%s) is unhealthy: %s", ref, r.Device, g.UUID, ev.Reason)
 		}
 		dev := checkpoint.Device{
 			Request: r.Request, Pool: r.Pool, Device: r.Device,
-			GPUUUID: g.UUID, Index: g.Index,
+			GPUUUID: g.UUID, Index: g.Index, AdminAccess: admin,
 		}
 		if r.ShareID != nil {
 			dev.ShareID = string(*r.ShareID)
 		}
-		if d.cfg.VGPU {
+		if d.cfg.VGPU && !admin {
 			mem, err := consumedMemory(r, publishedMemory(g, d.cfg.MemoryReserve))
 			if err != nil {
 				return nil, failf(metrics.ReasonInvalidClaim, "claim %s: device %s: %v", ref, r.Device, err)
@@ -81,7 +86,7 @@ func consumedMemory(r resourceapi.DeviceRequestAllocationResult, published int64
 	if !ok || v <= 0 {
 		return 0, fmt.Errorf("consumed memory %s is not a positive whole number of bytes", q.String())
 	}
-	if v%mib != 0 {
+	if v%memoryStep != 0 {
 		return 0, fmt.Errorf("consumed memory %s is not a multiple of 1Mi", q.String())
 	}
 	if v >= published {
@@ -109,19 +114,13 @@ func consumedCores(r resourceapi.DeviceRequestAllocationResult) (int64, error) {
 // checkCapacity is the last line of defence against a double allocation: the scheduler should
 // never hand out more of a GPU than it has, but if it does (a stale slice, a bug), the claim
 // that would exceed it is refused here rather than silently overcommitting the GPU.
-// It runs inside the checkpoint update, so concurrent Prepares see each other.
+// It runs inside the checkpoint update, so concurrent Prepares see each other. Admin-access
+// results are not counted, as the scheduler does not count them: they take no share.
 func (d *Driver) checkCapacity(data *checkpoint.Data, uid string, devs []checkpoint.Device) error {
 	type use struct{ mem, cores int64 }
 	used := map[string]use{}
 	add := func(dev checkpoint.Device) {
-		g := d.byName[dev.Device]
-		mem, cores := dev.MemoryBytes, dev.Cores
-		if mem == 0 {
-			mem = publishedMemory(g, d.cfg.MemoryReserve)
-		}
-		if cores == 0 {
-			cores = coresTotal
-		}
+		mem, cores := takenBy(dev, publishedMemory(d.byName[dev.Device], d.cfg.MemoryReserve))
 		u := used[dev.GPUUUID]
 		used[dev.GPUUUID] = use{u.mem + mem, u.cores + cores}
 	}
@@ -137,6 +136,9 @@ func (d *Driver) checkCapacity(data *checkpoint.Data, uid string, devs []checkpo
 		add(dev)
 	}
 	for _, dev := range devs {
+		if dev.AdminAccess {
+			continue
+		}
 		g := d.byName[dev.Device]
 		u := used[dev.GPUUUID]
 		if u.mem > publishedMemory(g, d.cfg.MemoryReserve) || u.cores > coresTotal {

@@ -54,6 +54,17 @@ func result(request, device, memory, cores string) resourceapi.DeviceRequestAllo
 	return r
 }
 
+// admin marks a result as the scheduler does for an adminAccess request.
+func admin(r resourceapi.DeviceRequestAllocationResult) resourceapi.DeviceRequestAllocationResult {
+	r.AdminAccess = ptr.To(true)
+	return r
+}
+
+func adminDev(d checkpoint.Device) checkpoint.Device {
+	d.AdminAccess = true
+	return d
+}
+
 func allocatedClaim(results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
 	return &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "c"},
@@ -98,6 +109,15 @@ func TestDevicesOf(t *testing.T) {
 			claim: allocatedClaim(other, result("gpu", "gpu-0", "1Gi", "")),
 			want:  []checkpoint.Device{{Request: "gpu", Pool: "node-1", Device: "gpu-0", ShareID: shareA, GPUUUID: uuidGPU0, MemoryBytes: gib}}},
 		{name: "only another driver's results: nothing", vgpu: true, claim: allocatedClaim(other)},
+		{name: "admin access: no limits whatever was consumed", vgpu: true,
+			claim: allocatedClaim(admin(result("mon", "gpu-0", "256Mi", "1"))),
+			want:  []checkpoint.Device{{Request: "mon", Pool: "node-1", Device: "gpu-0", ShareID: shareA, GPUUUID: uuidGPU0, AdminAccess: true}}},
+		{name: "admin access on an unhealthy GPU: an operator inspects it", vgpu: true, unhealthy: uuidGPU0,
+			claim: allocatedClaim(admin(result("mon", "gpu-0", "", ""))),
+			want:  []checkpoint.Device{{Request: "mon", Pool: "node-1", Device: "gpu-0", ShareID: shareA, GPUUUID: uuidGPU0, AdminAccess: true}}},
+		{name: "admin access does not excuse a bad share in the same claim", vgpu: true,
+			claim:      allocatedClaim(admin(result("mon", "gpu-0", "", "")), result("gpu", "gpu-1", "0.5", "")),
+			wantReason: metrics.ReasonInvalidClaim, wantText: "not a positive whole number of bytes"},
 		{name: "not allocated", vgpu: true, claim: &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "c"}},
 			wantReason: metrics.ReasonInvalidClaim, wantText: "not allocated"},
 		{name: "another node's pool", vgpu: true, claim: allocatedClaim(foreignPool),
@@ -138,7 +158,8 @@ func TestDevicesOf(t *testing.T) {
 			for i := range got {
 				if got[i].Request != tt.want[i].Request || got[i].Device != tt.want[i].Device || got[i].GPUUUID != tt.want[i].GPUUUID ||
 					got[i].Index != tt.want[i].Index || got[i].ShareID != tt.want[i].ShareID ||
-					got[i].MemoryBytes != tt.want[i].MemoryBytes || got[i].Cores != tt.want[i].Cores || got[i].Pool != tt.want[i].Pool {
+					got[i].MemoryBytes != tt.want[i].MemoryBytes || got[i].Cores != tt.want[i].Cores || got[i].Pool != tt.want[i].Pool ||
+					got[i].AdminAccess != tt.want[i].AdminAccess {
 					t.Errorf("device %d = %+v, want %+v", i, got[i], tt.want[i])
 				}
 			}
@@ -162,7 +183,7 @@ func TestCheckCapacity(t *testing.T) {
 		{name: "fits exactly: 79 GiB published, 30+49 GiB", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, 30*gib, 50)}},
 			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 49*gib, 50)}},
 		{name: "memory one step over", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, 30*gib, 10)}},
-			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 49*gib+mib, 10)}, wantErr: "device gpu-0 would be overcommitted"},
+			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 49*gib+contract.MemoryStep, 10)}, wantErr: "device gpu-0 would be overcommitted"},
 		{name: "cores over 100", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, gib, 60)}, other2: {dev("gpu-0", uuidGPU0, gib, 30)}},
 			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, gib, 11)}, wantErr: "101% cores"},
 		{name: "an unlimited claim takes the whole GPU", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, 0, 0)}},
@@ -173,6 +194,10 @@ func TestCheckCapacity(t *testing.T) {
 			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 0, 0)}},
 		{name: "two results of one claim on one GPU add up", claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 40*gib, 50), dev("gpu-0", uuidGPU0, 40*gib, 50)},
 			wantErr: "overcommitted"},
+		{name: "admin access on a full GPU: not counted", prepared: map[string][]checkpoint.Device{other1: {dev("gpu-0", uuidGPU0, 0, 0)}},
+			claim: []checkpoint.Device{adminDev(dev("gpu-0", uuidGPU0, 0, 0))}},
+		{name: "a prepared admin-access claim takes nothing from a share", prepared: map[string][]checkpoint.Device{other1: {adminDev(dev("gpu-0", uuidGPU0, 0, 0))}},
+			claim: []checkpoint.Device{dev("gpu-0", uuidGPU0, 0, 0)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,10 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -39,6 +38,8 @@ type Config struct {
 	// GPUInjection is how the GPU itself reaches containers (--gpu-injection). With
 	// cdi.InjectionEnv a per-claim claim may hold one GPU only (see prepareOne).
 	GPUInjection cdi.Injection
+	// Publish paces ResourceSlice publishing; zero values take the defaults (publish.go).
+	Publish PublishTiming
 }
 
 // PathSelector decides, when a claim is first prepared, which path its containers take
@@ -76,6 +77,16 @@ type Deps struct {
 	// deviceattribute.GetPCIeRootAttributeByPCIBusID over sysfs). Nil: no pcieRoot attribute —
 	// simulated GPUs have made-up bus IDs that may well exist on the host for another device.
 	PCIeRoot func(pciBusID string) (deviceattribute.DeviceAttribute, error)
+	// OnFatal is told, once, of an error the DRA helper cannot recover from (its gRPC servers
+	// failed): the process must exit so that the DaemonSet restarts it. Nil: only logged.
+	OnFatal func(error)
+	// Claims reads claims and writes their device status, in the background (status.go,
+	// reconcile.go). Nil: no device status is written and nothing is reconciled.
+	Claims ClaimAPI
+	// DRAMetrics are the driver's metrics on Metrics.Registry; made there when nil. A process
+	// that builds a driver again (it took the node back after a handover) passes the first's:
+	// a registry takes each metric once.
+	DRAMetrics *metrics.DRAMetrics
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -87,7 +98,19 @@ type Driver struct {
 	health    *deviceHealth
 	locks     *claimLocks
 	publisher Publisher
-	now       func() time.Time
+	// publishKick asks the publishing loop for a publish of the current state (buffered: one
+	// pending request stands for any number).
+	publishKick chan struct{}
+	fatalOnce   sync.Once
+	dra         *metrics.DRAMetrics
+	status      *statusWriter
+	// prepares holds, per claim UID, the number of its latest Prepare call, so that the
+	// reconciliation leaves alone a claim that a Prepare touched while it was reading the API
+	// server (reconcile.go).
+	preparesMu sync.Mutex
+	prepareSeq uint64
+	prepares   map[string]uint64
+	now        func() time.Time
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -107,10 +130,17 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	d := &Driver{
 		cfg: cfg, deps: deps, devices: deps.Devices,
 		byName: map[string]gpu.Device{}, health: newDeviceHealth(), locks: newClaimLocks(),
-		now: deps.Now,
+		publishKick: make(chan struct{}, 1), dra: deps.DRAMetrics,
+		prepares: map[string]uint64{}, now: deps.Now,
+	}
+	if d.dra == nil {
+		d.dra = metrics.NewDRAMetrics(deps.Metrics.Registry)
 	}
 	if d.now == nil {
 		d.now = time.Now
+	}
+	if deps.Claims != nil {
+		d.status = newStatusWriter(deps.Claims, cfg.NodeName, d.now, d.dra)
 	}
 	if d.deps.Quarantine == nil {
 		d.deps.Quarantine = NewQuarantine(nil)
@@ -180,66 +210,6 @@ func (d *Driver) removeOrphanDirs(logger klog.Logger) error {
 		}
 	}
 	return nil
-}
-
-// Start publishes the ResourceSlice through p and follows GPU health events (when events is
-// not nil) until ctx ends. Publishing runs in the background and is retried: the first publish
-// waits for the API server (the helper syncs an informer), and a plugin that cannot reach it
-// yet should still answer the kubelet and its probes, and shut down promptly on SIGTERM.
-func (d *Driver) Start(ctx context.Context, p Publisher, events <-chan gpu.HealthEvent) {
-	d.publisher = p
-	go d.publishUntilDone(ctx)
-	if events != nil {
-		go d.runHealthEvents(ctx, events)
-	}
-}
-
-func (d *Driver) publishUntilDone(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	backoff := time.Second
-	for {
-		err := d.publish(ctx)
-		if err == nil {
-			logger.V(2).Info("Publishing ResourceSlice", "node", d.cfg.NodeName, "devices", len(d.devices))
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		logger.Error(err, "Publishing ResourceSlice failed; retrying", "after", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 30*time.Second)
-	}
-}
-
-func (d *Driver) publish(ctx context.Context) error {
-	if d.publisher == nil {
-		return nil
-	}
-	res := d.buildResources(klog.FromContext(ctx))
-	if err := d.publisher.PublishResources(ctx, res); err != nil {
-		return fmt.Errorf("publish ResourceSlice for node %s: %w", d.cfg.NodeName, err)
-	}
-	d.deps.Metrics.PublishedDevices.Set(float64(len(d.devices)))
-	return nil
-}
-
-// HandleError implements kubeletplugin.DRAPlugin. Background errors (ResourceSlice publishing)
-// are logged; none of them is fixed by restarting the process, so none is fatal. Invalid slices
-// and dropped fields are logged as errors because retrying will not resolve them.
-func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
-	var dropped *resourceslice.DroppedFieldsError
-	switch {
-	case errors.As(err, &dropped):
-		msg += " (the API server dropped fields: is a needed feature gate off?)"
-	case apierrors.IsInvalid(err):
-		msg += " (the API server rejected the ResourceSlice)"
-	}
-	runtime.HandleErrorWithContext(ctx, err, msg)
 }
 
 func (d *Driver) updateGauges() {

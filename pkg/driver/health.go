@@ -65,7 +65,8 @@ func (h *deviceHealth) watch() <-chan struct{} {
 }
 
 // runHealthEvents consumes the GPU source's health events until ctx ends: it records them,
-// re-publishes the ResourceSlice (taints) and wakes WatchHealthStatus streams.
+// asks for the ResourceSlice to be published again (taints; retried until it succeeds) and
+// wakes WatchHealthStatus streams.
 func (d *Driver) runHealthEvents(ctx context.Context, events <-chan gpu.HealthEvent) {
 	logger := klog.FromContext(ctx)
 	for {
@@ -77,9 +78,7 @@ func (d *Driver) runHealthEvents(ctx context.Context, events <-chan gpu.HealthEv
 				continue
 			}
 			logger.Info("GPU health changed", "uuid", ev.UUID, "healthy", ev.Healthy, "fatal", ev.Fatal, "reason", ev.Reason)
-			if err := d.publish(ctx); err != nil {
-				logger.Error(err, "Re-publishing ResourceSlice after a health change")
-			}
+			d.requestPublish()
 		}
 	}
 }

@@ -48,32 +48,52 @@ func reasonOf(err error) string {
 	return metrics.ReasonFilesystem
 }
 
+// prepareOne prepares one claim under its lock and returns the devices the kubelet is told. The
+// claim's device status is queued under the same lock, so that an Unprepare that follows drops
+// it; it is written in the background, and the kubelet's answer waits for no API round trip.
 func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	uid := string(claim.UID)
 	unlock := d.locks.lock(uid)
 	defer unlock()
+	d.notePrepare(uid)
+	prepared, devices, err := d.prepareLocked(ctx, claim)
+	switch {
+	case d.status == nil:
+	case err != nil:
+		d.status.enqueue(claim, d.failedStatus(claim, err))
+	default:
+		d.status.enqueue(claim, d.preparedStatus(claim, prepared))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return devices, nil
+}
+
+func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceClaim) (checkpoint.Claim, []kubeletplugin.Device, error) {
+	uid := string(claim.UID)
 	logger := klog.FromContext(ctx)
 
 	reservedFor := ReservedPods(claim)
 	if prepared, ok := d.deps.Checkpoint.Get(uid); ok && prepared.State == checkpoint.PrepareCompleted {
 		if err := d.ensureFiles(uid, prepared); err != nil {
-			return nil, fmt.Errorf("re-create files of prepared claim %s: %w", klog.KObj(claim), err)
+			return checkpoint.Claim{}, nil, fmt.Errorf("re-create files of prepared claim %s: %w", klog.KObj(claim), err)
 		}
 		d.deps.Quarantine.clear(uid) // restored
 		if err := d.deps.Checkpoint.SetReservedFor(uid, reservedFor); err != nil {
-			return nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record reservedFor of claim %s: %w", klog.KObj(claim), err)}
+			return checkpoint.Claim{}, nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record reservedFor of claim %s: %w", klog.KObj(claim), err)}
 		}
 		logger.V(4).Info("Claim already prepared", "claim", klog.KObj(claim))
-		return resultDevices(prepared.Devices), nil
+		return prepared, resultDevices(prepared.Devices), nil
 	}
 
 	devs, err := d.devicesOf(claim)
 	if err != nil {
-		return nil, err
+		return checkpoint.Claim{}, nil, err
 	}
 	if len(devs) == 0 {
 		// Only other drivers' results: nothing of ours to prepare, nothing to record.
-		return []kubeletplugin.Device{}, nil
+		return checkpoint.Claim{}, []kubeletplugin.Device{}, nil
 	}
 	prepared := checkpoint.Claim{
 		Namespace: claim.Namespace, Name: claim.Name, State: checkpoint.PrepareStarted,
@@ -84,7 +104,7 @@ func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClai
 	}
 	if prepared.Path == contract.PathPerClaim {
 		if err := onePerGPU(devs); err != nil {
-			return nil, failf(metrics.ReasonInvalidClaim, "claim %s: %v; one directory set serves the whole claim on the per-claim path, so it needs the NRI path (NRISupport and a runtime with NRI)", klog.KObj(claim), err)
+			return checkpoint.Claim{}, nil, failf(metrics.ReasonInvalidClaim, "claim %s: %v; one directory set serves the whole claim on the per-claim path, so it needs the NRI path (NRISupport and a runtime with NRI)", klog.KObj(claim), err)
 		}
 		prepared.RegisterUUID = d.deps.NewUUID()
 	}
@@ -93,7 +113,7 @@ func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClai
 	// results would see only one of its GPUs. On the NRI path the NRI plugin sets each
 	// container's exact list; without it, a claim may hold one GPU only (contract §3).
 	if d.cfg.GPUInjection == cdi.InjectionEnv && prepared.Path != contract.PathNRI && len(devs) > 1 {
-		return nil, failf(metrics.ReasonInvalidClaim, "claim %s has %d GPUs, but --gpu-injection=env gives a container only one GPU without the NRI path; use --gpu-injection=cdi (the NVIDIA Container Toolkit's CDI devices) or enable NRISupport", klog.KObj(claim), len(devs))
+		return checkpoint.Claim{}, nil, failf(metrics.ReasonInvalidClaim, "claim %s has %d GPUs, but --gpu-injection=env gives a container only one GPU without the NRI path; use --gpu-injection=cdi (the NVIDIA Container Toolkit's CDI devices) or enable NRISupport", klog.KObj(claim), len(devs))
 	}
 	cdiClaim := d.cdiClaim(uid, prepared)
 	ids := d.deps.CDI.DeviceIDs(cdiClaim)
@@ -115,9 +135,9 @@ func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClai
 	}); err != nil {
 		var pe *prepareError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
+			return checkpoint.Claim{}, nil, fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
 		}
-		return nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s as started: %w", klog.KObj(claim), err)}
+		return checkpoint.Claim{}, nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s as started: %w", klog.KObj(claim), err)}
 	}
 	if err := d.ensureFiles(uid, prepared); err != nil {
 		// Roll back what was made (a full disk, a read-only file system): the checkpoint must
@@ -126,17 +146,17 @@ func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClai
 		if rbErr := d.unprepareOne(uid); rbErr != nil {
 			logger.Error(rbErr, "Rolling back a failed preparation failed; start-up recovery retries it", "claim", klog.KObj(claim))
 		}
-		return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
+		return checkpoint.Claim{}, nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
 	}
 	prepared.State = checkpoint.PrepareCompleted
 	if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
 		data.Claims[uid] = prepared
 		return nil
 	}); err != nil {
-		return nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s as completed: %w", klog.KObj(claim), err)}
+		return checkpoint.Claim{}, nil, &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s as completed: %w", klog.KObj(claim), err)}
 	}
 	logger.V(2).Info("Prepared claim", "claim", klog.KObj(claim), "path", prepared.Path, "devices", len(devs))
-	return resultDevices(prepared.Devices), nil
+	return prepared, resultDevices(prepared.Devices), nil
 }
 
 // ensureFiles creates whatever of the claim's directories and CDI spec is missing.

@@ -13,12 +13,11 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 )
 
-// Capacity request policy of contract §2.
+// Capacity request policy of contract §2 (the webhook checks requests against the same values).
 const (
-	mib            = int64(1) << 20
-	memoryMinimum  = 256 * mib
-	memoryStep     = mib
-	coresTotal     = 100
+	memoryMinimum  = contract.MemoryMinimum
+	memoryStep     = contract.MemoryStep
+	coresTotal     = contract.CoresTotal
 	attributeType  = "vgpu"
 	deviceNameBase = "gpu-"
 )
@@ -74,7 +73,7 @@ func (d *Driver) buildDevice(logger klog.Logger, g gpu.Device) resourceapi.Devic
 		coreCap.RequestPolicy = &resourceapi.CapacityRequestPolicy{
 			Default: resource.NewQuantity(coresTotal, resource.DecimalSI),
 			ValidRange: &resourceapi.CapacityRequestPolicyRange{
-				Min:  resource.NewQuantity(1, resource.DecimalSI),
+				Min:  resource.NewQuantity(contract.CoresMinimum, resource.DecimalSI),
 				Max:  resource.NewQuantity(coresTotal, resource.DecimalSI),
 				Step: resource.NewQuantity(1, resource.DecimalSI),
 			},
@@ -99,12 +98,12 @@ func (d *Driver) buildDevice(logger klog.Logger, g gpu.Device) resourceapi.Devic
 func (d *Driver) attributes(logger klog.Logger, g gpu.Device) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		"type":         str(attributeType),
-		"uuid":         str(g.UUID),
-		"index":        {IntValue: ptr.To(int64(g.Index))},
-		"productName":  str(g.ProductName),
-		"brand":        str(g.Brand),
-		"architecture": str(g.Architecture),
+		"type":                 str(attributeType),
+		contract.AttributeUUID: str(g.UUID),
+		"index":                {IntValue: ptr.To(int64(g.Index))},
+		"productName":          str(g.ProductName),
+		"brand":                str(g.Brand),
+		"architecture":         str(g.Architecture),
 	}
 	addVersion := func(name resourceapi.QualifiedName, v string, err error) {
 		if err != nil {

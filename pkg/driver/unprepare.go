@@ -38,6 +38,8 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 // unprepareOne removes files first and the checkpoint entry last, so that a crash in between
 // leaves an entry that the next Unprepare (or start-up recovery) completes.
 func (d *Driver) unprepareOne(uid string) error {
+	d.status.forget(uid)
+	d.forgetPrepares(uid)
 	if err := d.deps.CDI.Remove(uid); err != nil {
 		return fmt.Errorf("remove CDI spec of claim %s: %w", uid, err)
 	}

@@ -12,4 +12,8 @@
 // interface. Health follows NVML events (XID critical errors, double-bit ECC errors, GPU
 // unavailable); which XIDs are ignored, which make a GPU unhealthy and which are fatal is decided
 // in xid.go, once, for both sources.
+//
+// Per-process usage (ProcessUtilization, ProcessMemory) is NVML's per-process utilisation
+// samples and compute-process list. A simulated GPU runs the processes SetProcesses names and
+// reports a fixed, per-PID utilisation for each (SimulatedSMUtil), so tests can assert figures.
 package gpu

@@ -145,8 +145,26 @@ func (w *healthWatch) registerDevice(ctx context.Context, set nvml.EventSet, i i
 	if supported&healthEventTypes == 0 {
 		return fmt.Errorf("%w (supported %#x)", errNoHealthEvents, supported)
 	}
-	ret = dev.RegisterEvents(supported&healthEventTypes, set)
-	return w.registrationError(ctx, uuid, "register events", ret)
+	mask := supported & healthEventTypes
+	ret = dev.RegisterEvents(mask, set)
+	if ret == nvml.ERROR_NOT_SUPPORTED && mask&nvml.EventTypeGpuRecoveryAction != 0 && mask != nvml.EventTypeGpuRecoveryAction {
+		// Recovery-action events are the newest type: a driver that lists it but refuses it
+		// must not cost the GPU its XID events.
+		mask &^= nvml.EventTypeGpuRecoveryAction
+		ret = dev.RegisterEvents(mask, set)
+	}
+	if err := w.registrationError(ctx, uuid, "register events", ret); err != nil {
+		return err
+	}
+	if mask&nvml.EventTypeGpuRecoveryAction != 0 {
+		// A GPU that already waits for a reset when the watch starts (the plugin restarted
+		// after the fault) sends no event until that changes.
+		if verdict, reason := classifyRecoveryAction(recoveryAction(dev, uint64(nvml.GPU_RECOVERY_ACTION_NONE))); verdict != verdictRecovered {
+			w.logger.Info("GPU waits for a recovery action", "uuid", uuid, "reason", reason)
+			w.report(ctx, uuid, verdict, reason)
+		}
+	}
+	return nil
 }
 
 // registrationError turns the result of one registration step into an error. NOT_SUPPORTED
@@ -176,6 +194,9 @@ func (w *healthWatch) handle(ctx context.Context, data nvml.EventData) {
 		return
 	}
 	verdict, reason := classifyEvent(data.EventType, data.EventData)
+	if data.EventType == nvml.EventTypeGpuRecoveryAction {
+		verdict, reason = classifyRecoveryAction(recoveryAction(data.Device, data.EventData))
+	}
 	if verdict == verdictIgnore {
 		// Application XIDs come with every crashing CUDA program: not worth a line by default.
 		w.logger.V(1).Info("NVML event ignored", "uuid", uuid, "eventType", data.EventType, "data", data.EventData, "reason", reason)

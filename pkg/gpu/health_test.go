@@ -191,7 +191,7 @@ func TestWatchHealthNilChannel(t *testing.T) {
 
 func TestSetHealthErrors(t *testing.T) {
 	sim := newWatchedSimulated(t, 2)
-	hidden := simulatedUUID("dgx-h200", 5) // exists in the profile, beyond count
+	hidden := simulatedUUID(testNode, "dgx-h200", 5) // exists in the profile, beyond count
 	cases := []struct {
 		name    string
 		uuid    string

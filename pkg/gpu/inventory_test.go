@@ -34,7 +34,7 @@ func TestSimulatedDevices(t *testing.T) {
 		for _, count := range []int{1, 2, 8} {
 			t.Run(fmt.Sprintf("%s/%d", p.profile, count), func(t *testing.T) {
 				_, ctx := ktesting.NewTestContext(t)
-				sim, err := NewSimulated(p.profile, count)
+				sim, err := NewSimulated(p.profile, count, "node-a")
 				if err != nil {
 					t.Fatalf("NewSimulated: %v", err)
 				}
@@ -86,10 +86,10 @@ func deref(p *int) any {
 
 func TestSimulatedIsDeterministic(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	read := func(profile string) []Device {
-		sim, err := NewSimulated(profile, 0)
+	read := func(profile, node string) []Device {
+		sim, err := NewSimulated(profile, 0, node)
 		if err != nil {
-			t.Fatalf("NewSimulated(%s): %v", profile, err)
+			t.Fatalf("NewSimulated(%s, %s): %v", profile, node, err)
 		}
 		defer func() { _ = sim.Close() }()
 		devs, err := sim.Devices(ctx)
@@ -98,22 +98,36 @@ func TestSimulatedIsDeterministic(t *testing.T) {
 		}
 		return devs
 	}
-	first, second := read("dgx-h200"), read("dgx-h200")
+	first, second := read("dgx-h200", testNode), read("dgx-h200", testNode)
 	if !reflect.DeepEqual(first, second) {
-		t.Errorf("two simulated dgx-h200 differ:\n%+v\n%+v", first, second)
+		t.Errorf("two simulated dgx-h200 on one node differ:\n%+v\n%+v", first, second)
 	}
-	seen := map[string]bool{}
-	for _, d := range append(first, read("dgx-a100")...) {
-		if seen[d.UUID] {
-			t.Errorf("UUID %s appears twice across profiles and GPUs", d.UUID)
+	// Every GPU of every node and profile has a UUID of its own: 50 nodes of 8 GPUs, as the
+	// issue measured (401 devices and 8 distinct UUIDs while UUIDs ignored the node).
+	seen := map[string]string{}
+	for _, profile := range []string{"dgx-h200", "dgx-a100"} {
+		for n := range 50 {
+			node := fmt.Sprintf("node-%d", n)
+			for _, d := range read(profile, node) {
+				where := fmt.Sprintf("%s %s gpu-%d", node, profile, d.Index)
+				if other, dup := seen[d.UUID]; dup {
+					t.Fatalf("UUID %s of %s is also %s's", d.UUID, where, other)
+				}
+				seen[d.UUID] = where
+			}
 		}
-		seen[d.UUID] = true
 	}
 	// Pinned: checkpoints of running simulated clusters name GPUs by this UUID.
-	if want := "GPU-c6e3baee-ad4c-3ecf-9ac7-b59e7c9100f9"; first[0].UUID != want {
-		t.Errorf("UUID of dgx-h200 GPU 0 = %s, want %s", first[0].UUID, want)
+	if want := "GPU-495773ed-6f51-4f2f-849c-fdea72956898"; first[0].UUID != want {
+		t.Errorf("UUID of dgx-h200 GPU 0 on %s = %s, want %s", testNode, first[0].UUID, want)
+	}
+	if _, err := NewSimulated("dgx-h200", 1, ""); err == nil || !strings.Contains(err.Error(), "node's name") {
+		t.Errorf("NewSimulated without a node name: %v, want an error that asks for it", err)
 	}
 }
+
+// testNode is the node the simulated sources of these tests run on.
+const testNode = "node-a"
 
 func TestDevicesSortedByIndex(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
@@ -291,7 +305,7 @@ func TestNamesCoverEveryKnownValue(t *testing.T) {
 // newTestSimulated opens a simulated source that the test closes.
 func newTestSimulated(t *testing.T, profile string, count int) *Simulated {
 	t.Helper()
-	sim, err := NewSimulated(profile, count)
+	sim, err := NewSimulated(profile, count, testNode)
 	if err != nil {
 		t.Fatalf("NewSimulated(%s, %d): %v", profile, count, err)
 	}

@@ -14,8 +14,9 @@ const sourceSpecHelp = `"nvml" or "simulated:<profile>[:<count>]"`
 
 // ParseSource opens the source a flag value names: "nvml" for the real driver, or
 // "simulated:<profile>[:<count>]" for go-nvml's mock of a DGX system (profiles: see
-// SimulatedProfiles; count 1..8 keeps the first count GPUs, absent or 0 keeps all).
-func ParseSource(spec string) (Source, error) {
+// SimulatedProfiles; count 1..8 keeps the first count GPUs, absent or 0 keeps all) on the node
+// named node. The real driver ignores node: its UUIDs are the GPUs' own.
+func ParseSource(spec, node string) (Source, error) {
 	kind, args, hasArgs := strings.Cut(spec, ":")
 	switch kind {
 	case "nvml":
@@ -37,7 +38,7 @@ func ParseSource(spec string) (Source, error) {
 			}
 			count = n
 		}
-		sim, err := NewSimulated(profile, count)
+		sim, err := NewSimulated(profile, count, node)
 		if err != nil {
 			return nil, fmt.Errorf("GPU source %q: %w", spec, err)
 		}

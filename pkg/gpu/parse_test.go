@@ -45,7 +45,7 @@ func TestParseSource(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.spec, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			src, err := ParseSource(tc.spec)
+			src, err := ParseSource(tc.spec, "node-a")
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("ParseSource(%q) error = %v, want %q", tc.spec, err, tc.wantErr)

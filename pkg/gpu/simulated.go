@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,7 +28,7 @@ var simulatedProfiles = map[string]func() *server.Server{
 // simulatedEventTypes is what a simulated GPU says it supports, as a data-centre GPU does; the
 // watcher registers the part of it that it needs.
 const simulatedEventTypes uint64 = nvml.EventTypeSingleBitEccError | nvml.EventTypeDoubleBitEccError |
-	nvml.EventTypePState | nvml.EventTypeXidCriticalError | nvml.EventTypeClock
+	nvml.EventTypePState | nvml.EventTypeXidCriticalError | nvml.EventTypeClock | nvml.EventTypeGpuRecoveryAction
 
 // SimulatedProfiles returns the profile names NewSimulated accepts, sorted.
 func SimulatedProfiles() []string {
@@ -41,21 +42,31 @@ func SimulatedProfiles() []string {
 
 // Simulated is a GPU source served by go-nvml's mock of a DGX system. It runs the same NVML code
 // as the real source (Devices, WatchHealth) and opens no library, so it works in a plugin pod on
-// a node without GPUs. Everything it reports is deterministic: the same profile and count give
-// the same devices, UUIDs included, on every node and every start.
+// a node without GPUs. Everything it reports is deterministic: the same node, profile and count
+// give the same devices on every start. UUIDs are derived from the node name as well, so that
+// two simulated nodes never publish the same GPU: anything keyed by UUID across the cluster
+// (metrics, kubectl vgpu, dashboards) would mix them up.
 type Simulated struct {
 	src     *nvmlSource
+	node    string
 	profile string
 	server  *server.Server
 	visible []*server.Device // the first count GPUs, by index
 	events  *simEventHub
+	// recovery holds the GPUs' NVML recovery actions (simulated_recovery.go).
+	recovery *simRecovery
+	usage    *simUsage
 }
 
 var _ Source = (*Simulated)(nil)
 
 // NewSimulated pretends to be the system profile names (see SimulatedProfiles) with its first
-// count GPUs, all of them when count is 0.
-func NewSimulated(profile string, count int) (*Simulated, error) {
+// count GPUs, all of them when count is 0, on the node named node (the GPUs' UUIDs derive from
+// it; it must not be empty).
+func NewSimulated(profile string, count int, node string) (*Simulated, error) {
+	if node == "" {
+		return nil, errors.New("simulated GPUs need the node's name: their UUIDs are derived from it")
+	}
 	newServer, ok := simulatedProfiles[profile]
 	if !ok {
 		return nil, fmt.Errorf("unknown simulated GPU profile %q: want one of %s",
@@ -70,12 +81,12 @@ func NewSimulated(profile string, count int) (*Simulated, error) {
 	if count == 0 {
 		count = total
 	}
-	s := &Simulated{profile: profile, server: srv, events: newSimEventHub()}
+	s := &Simulated{node: node, profile: profile, server: srv, events: newSimEventHub(), usage: newSimUsage()}
 	numaByBusID := map[string]int{}
 	for i, d := range srv.Devices {
 		dev := d.(*server.Device)
 		// The mock draws random UUIDs; a restarted plugin must find the GPUs it checkpointed.
-		dev.UUID = simulatedUUID(profile, dev.Index)
+		dev.UUID = simulatedUUID(node, profile, dev.Index)
 		busID, err := normalisePCIBusID(dev.PciBusID)
 		if err != nil {
 			return nil, fmt.Errorf("simulated GPU %d of profile %s: %w", i, profile, err)
@@ -87,6 +98,7 @@ func NewSimulated(profile string, count int) (*Simulated, error) {
 		}
 	}
 	s.installMocks()
+	s.installRecoveryMocks()
 	src, err := openNVML(srv, simulatedNUMA(numaByBusID))
 	if err != nil {
 		return nil, fmt.Errorf("simulated GPU profile %s: %w", profile, err)
@@ -107,6 +119,15 @@ func (s *Simulated) installMocks() {
 		}
 		return s.visible[i], nvml.SUCCESS
 	}
+	// A GPU beyond count is not this node's: the mock would find it by UUID.
+	s.server.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
+		for _, d := range s.visible {
+			if d.UUID == uuid {
+				return d, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
 	s.server.EventSetCreateFunc = s.events.create
 	for _, dev := range s.visible {
 		pci := simulatedPCIInfo(dev)
@@ -115,6 +136,7 @@ func (s *Simulated) installMocks() {
 		dev.RegisterEventsFunc = func(types uint64, set nvml.EventSet) nvml.Return {
 			return s.events.register(dev, types, set)
 		}
+		s.usage.installUsageMocks(dev)
 	}
 }
 
@@ -165,9 +187,9 @@ func (s *Simulated) SetHealth(uuid string, healthy bool, xid uint64) error {
 	return nil
 }
 
-// simulatedUUID derives a GPU UUID in NVML's format from the profile and index alone.
-func simulatedUUID(profile string, index int) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "vgpu-dra simulated GPU %s/%d", profile, index))
+// simulatedUUID derives a GPU UUID in NVML's format from the node, the profile and the index.
+func simulatedUUID(node, profile string, index int) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "vgpu-dra simulated GPU %s/%s/%d", node, profile, index))
 	h := hex.EncodeToString(sum[:16])
 	return fmt.Sprintf("GPU-%s-%s-%s-%s-%s", h[0:8], h[8:12], h[12:16], h[16:20], h[20:32])
 }

@@ -52,6 +52,12 @@ type Source interface {
 	// logged and retried, never returned. Only transitions are sent: a GPU that is already
 	// unhealthy gets another event only when its fault becomes fatal.
 	WatchHealth(ctx context.Context, events chan<- HealthEvent) error
+	// ProcessUtilization returns, per process, the newest utilisation sample of the GPU with
+	// this UUID taken after since (NVML microseconds; 0 for all). See ProcessSample.
+	ProcessUtilization(uuid string, since uint64) ([]ProcessSample, error)
+	// ProcessMemory lists the GPU's compute processes with the memory each holds, where NVML
+	// can tell.
+	ProcessMemory(uuid string) ([]ProcessMemory, error)
 	// Close releases NVML. Call it after every WatchHealth has returned.
 	Close() error
 }

@@ -14,12 +14,14 @@ import (
 // GPU supports.
 const healthEventTypes uint64 = nvml.EventTypeXidCriticalError |
 	nvml.EventTypeDoubleBitEccError |
-	nvml.EventTypeGpuUnavailableError
+	nvml.EventTypeGpuUnavailableError |
+	nvml.EventTypeGpuRecoveryAction
 
 // eventTypeSimulatedRecovery is not an NVML event type (NVML's highest bit is 0x8000 and it never
 // sets this one). Only the simulated source emits it, for SetHealth(uuid, true, 0), so that a
-// recovery travels the same queue, in order, as the faults before it. Real NVML has no
-// "recovered" event: a real GPU is trusted again when the plugin restarts after the GPU reset.
+// recovery travels the same queue, in order, as the faults before it. A real GPU recovers when
+// NVML's recovery action goes back to none (recovery.go); one whose driver has no recovery
+// action is trusted again when the plugin restarts after the GPU reset.
 const eventTypeSimulatedRecovery uint64 = 1 << 63
 
 // applicationXIDs are raised when one CUDA program misbehaves; the GPU itself stays usable and

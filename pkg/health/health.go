@@ -1,7 +1,8 @@
-// Package health serves the gRPC health protocol (grpc.health.v1) for the kubelet's liveness and
-// startup probes. Each answer is computed from checks that other parts register (registered with
-// the kubelet, DRA socket answers, NRI session healthy, registry socket answers), so a probe never
-// sees a stale cached status.
+// Package health serves the gRPC health protocol (grpc.health.v1) for the kubelet's liveness,
+// startup and readiness probes. Each answer is computed from checks that other parts register
+// (registered with the kubelet, DRA socket answers, NRI session healthy, registry socket answers;
+// for the webhook, caches synced and a serving certificate loaded), so a probe never sees a stale
+// cached status.
 package health
 
 import (
@@ -18,8 +19,12 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Service names answered: "" (the whole server) and "liveness"; both run every check.
-var services = map[string]bool{"": true, "liveness": true}
+// Service names answered: "" (the whole server) and "liveness" run every liveness check;
+// "readiness" runs those and then every readiness check.
+const (
+	ServiceLiveness  = "liveness"
+	ServiceReadiness = "readiness"
+)
 
 // checkTimeout bounds one probe; the kubelet's own probe timeout is 1 s by default.
 const checkTimeout = 900 * time.Millisecond
@@ -31,33 +36,72 @@ type Check func(ctx context.Context) error
 type Server struct {
 	healthpb.UnimplementedHealthServer
 
-	mu     sync.Mutex
+	mu        sync.Mutex
+	liveness  checkList
+	readiness checkList
+}
+
+// checkList is a set of named checks in registration order.
+type checkList struct {
 	names  []string
 	checks map[string]Check
 }
 
-// NewServer returns a server with no checks (it answers SERVING until checks are added).
-func NewServer() *Server {
-	return &Server{checks: map[string]Check{}}
+func (l *checkList) add(name string, check Check) {
+	if l.checks == nil {
+		l.checks = map[string]Check{}
+	}
+	if _, ok := l.checks[name]; !ok {
+		l.names = append(l.names, name)
+	}
+	l.checks[name] = check
 }
 
-// Add registers a named check; a later Add with the same name replaces it.
+// NewServer returns a server with no checks (it answers SERVING until checks are added).
+func NewServer() *Server {
+	return &Server{}
+}
+
+// Add registers a named liveness check; a later Add with the same name replaces it.
 func (s *Server) Add(name string, check Check) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.checks[name]; !ok {
-		s.names = append(s.names, name)
-	}
-	s.checks[name] = check
+	s.liveness.add(name, check)
 }
 
-// Evaluate runs every check in registration order and returns the first failure, naming it.
-func (s *Server) Evaluate(ctx context.Context) error {
+// AddReadiness registers a named check that only the "readiness" service runs: a part that is
+// alive but cannot serve yet (caches not synced) must not be restarted, only kept out of its
+// Service's endpoints.
+func (s *Server) AddReadiness(name string, check Check) {
 	s.mu.Lock()
-	names := append([]string(nil), s.names...)
-	checks := make([]Check, len(names))
-	for i, n := range names {
-		checks[i] = s.checks[n]
+	defer s.mu.Unlock()
+	s.readiness.add(name, check)
+}
+
+// Evaluate runs every liveness check in registration order and returns the first failure,
+// naming it.
+func (s *Server) Evaluate(ctx context.Context) error {
+	return s.evaluate(ctx, false)
+}
+
+// EvaluateReadiness runs the liveness checks, then the readiness checks.
+func (s *Server) EvaluateReadiness(ctx context.Context) error {
+	return s.evaluate(ctx, true)
+}
+
+func (s *Server) evaluate(ctx context.Context, readiness bool) error {
+	s.mu.Lock()
+	var names []string
+	var checks []Check
+	lists := []*checkList{&s.liveness}
+	if readiness {
+		lists = append(lists, &s.readiness)
+	}
+	for _, l := range lists {
+		for _, n := range l.names {
+			names = append(names, n)
+			checks = append(checks, l.checks[n])
+		}
 	}
 	s.mu.Unlock()
 	for i, check := range checks {
@@ -70,12 +114,17 @@ func (s *Server) Evaluate(ctx context.Context) error {
 
 // Check implements grpc.health.v1.Health/Check.
 func (s *Server) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	if !services[req.GetService()] {
+	var readiness bool
+	switch req.GetService() {
+	case "", ServiceLiveness:
+	case ServiceReadiness:
+		readiness = true
+	default:
 		return nil, status.Errorf(codes.NotFound, "unknown service %q", req.GetService())
 	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	if err := s.Evaluate(ctx); err != nil {
+	if err := s.evaluate(ctx, readiness); err != nil {
 		klog.FromContext(ctx).V(2).Info("Health check failed", "service", req.GetService(), "err", err)
 		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
 	}

@@ -67,4 +67,34 @@ func TestHealthOverGRPC(t *testing.T) {
 	if status.Code(err) != codes.NotFound {
 		t.Errorf("unknown service: err = %v, want NotFound", err)
 	}
+
+	// Readiness runs the liveness checks and its own; liveness never runs a readiness check.
+	if got := check("readiness"); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("readiness with no readiness checks = %v, want SERVING", got)
+	}
+	var synced atomic.Bool
+	s.AddReadiness("caches", func(context.Context) error {
+		if !synced.Load() {
+			return errors.New("caches not synced")
+		}
+		return nil
+	})
+	if got := check("readiness"); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("readiness before sync = %v, want NOT_SERVING", got)
+	}
+	if got := check("liveness"); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("liveness with a readiness check failing = %v, want SERVING", got)
+	}
+	if err := s.EvaluateReadiness(ctx); err == nil || err.Error() != "caches: caches not synced" {
+		t.Errorf("EvaluateReadiness = %v, want the failing check named", err)
+	}
+	synced.Store(true)
+	draUp.Store(false)
+	if got := check("readiness"); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("readiness with a liveness check failing = %v, want NOT_SERVING", got)
+	}
+	draUp.Store(true)
+	if got := check("readiness"); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("readiness when synced and healthy = %v, want SERVING", got)
+	}
 }

@@ -2,6 +2,7 @@ package instancelock
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,4 +82,41 @@ func holdAndWait(path string) {
 	_, _ = os.Stdin.Read(make([]byte, 1))
 	_ = l.Release()
 	os.Exit(0)
+}
+
+// TestTryAcquireAnswersAtOnce: while the lock is held (by another open file description, as a
+// second process would hold it) TryAcquire says so without waiting, and gets it once it is
+// released. The holder's record is what a later reader sees.
+func TestTryAcquireAnswersAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "instance.lock")
+	first, err := TryAcquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.SetRecord(`{"handover":1,"podUID":"p-1"}`)
+	if _, err := TryAcquire(path); !errors.Is(err, ErrHeld) {
+		t.Fatalf("TryAcquire of a held lock = %v, want ErrHeld", err)
+	}
+	h := ReadHolder(path)
+	if h.PID != strconv.Itoa(os.Getpid()) || h.Record != `{"handover":1,"podUID":"p-1"}` {
+		t.Errorf("ReadHolder = %+v, want this PID and the record", h)
+	}
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	second, err := TryAcquire(path)
+	if err != nil {
+		t.Fatalf("TryAcquire after release: %v", err)
+	}
+	defer second.Release()
+	if h := ReadHolder(path); h.Record != "" {
+		t.Errorf("a new holder without a record left the old one in the file: %+v", h)
+	}
+}
+
+// TestReadHolderOfMissingFile: nobody has held the lock yet.
+func TestReadHolderOfMissingFile(t *testing.T) {
+	if h := ReadHolder(filepath.Join(t.TempDir(), "none")); h.PID != "unknown" || h.Record != "" {
+		t.Errorf("ReadHolder of a missing file = %+v", h)
+	}
 }

@@ -1,6 +1,7 @@
-// Package metrics defines the plugin's Prometheus metrics (contract §8) on a registry of the
-// instance's own (pkg/component serves it), so that several plugin instances in one test
-// process do not collide.
+// Package metrics defines the Prometheus metrics of vgpu-dra's binaries (contract §8): the
+// kubelet plugin's (this file, nri.go, registry.go) and the webhook's (webhook.go), each on a
+// registry of the instance's own (pkg/component serves it), so that several instances in one
+// test process do not collide.
 package metrics
 
 import (

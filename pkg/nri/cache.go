@@ -45,8 +45,11 @@ type Instance struct {
 	PID    int    `json:"pid"`
 	Cgroup Cgroup `json:"cgroup"`
 	State  State  `json:"state"`
-	// Results are the claim's result indices the container uses (Claim.Results).
+	// Results are the claim's result indices the container uses (Claim.Results) that carry
+	// limits: no two running containers of different pods or names may share one (contract §3).
 	Results []int `json:"results"`
+	// AdminResults are the admin-access results the container uses: unlimited, shared freely.
+	AdminResults []int `json:"adminResults,omitempty"`
 }
 
 // nameKey identifies a container directory's owner: a container name within a pod.
@@ -133,6 +136,7 @@ func (c *Cache) Len() int {
 func (e *entry) copy() Instance {
 	in := e.Instance
 	in.Results = slices.Clone(e.Results)
+	in.AdminResults = slices.Clone(e.AdminResults)
 	return in
 }
 
@@ -164,7 +168,8 @@ func (c *Cache) Generation() uint64 {
 
 // add records a new instance unless one of its results is used by an instance of another
 // pod or name that has not stopped, or the cache was rebuilt since generation (ErrStaleSession);
-// the checks and the insert are one step.
+// the checks and the insert are one step. Admin-access results (AdminResults) are not checked:
+// they carry no limit and no ledger, so any number of containers may use one.
 func (c *Cache) add(in Instance, generation uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -244,6 +249,18 @@ func (c *Cache) stopPod(podUID string) []Instance {
 		}
 	}
 	return out
+}
+
+// learn inserts an instance the cache does not hold yet, without the checks of add: the
+// previous owner already decided the container (Plugin.learn). false when the ID is known.
+func (c *Cache) learn(in Instance) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.byID[in.ContainerID]; ok {
+		return false
+	}
+	c.insertLocked(in)
+	return true
 }
 
 // replace swaps the whole content for instances (in creation order) and marks the cache

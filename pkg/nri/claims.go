@@ -50,4 +50,8 @@ type Result struct {
 	// MemoryBytes and Cores are the result's limits; 0 is unlimited (the whole GPU).
 	MemoryBytes int64 `json:"memoryBytes"`
 	Cores       int64 `json:"cores"`
+	// AdminAccess marks a result of an adminAccess request: no limits, no ledger, and not
+	// subject to the one-running-container rule of contract §3 (its users share nothing that
+	// a ledger would have to divide).
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }

@@ -122,6 +122,19 @@ func checkCollisions(driverName string, claims Claims, devices []string) error {
 
 func claimRef(c Claim) string { return c.Namespace + "/" + c.Name }
 
+// splitResults separates the result indices the container uses (resultsOf) into those with
+// limits, which the one-running-container rule of contract §3 covers, and admin-access ones.
+func splitResults(c Claim, used []int) (limited, admin []int) {
+	for _, i := range used {
+		if c.Results[i].AdminAccess {
+			admin = append(admin, i)
+		} else {
+			limited = append(limited, i)
+		}
+	}
+	return limited, admin
+}
+
 // resultsOf returns the indices of the claim's results that the container uses: from its
 // CDI devices where the runtime reports them, else from MANAGER_VISIBLE_DEVICE_<i> (every
 // result of the claim on a GPU the container sees — all of them when the env names none).

@@ -43,6 +43,10 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, nil
 	}
 	if !p.inflight.enter() {
+		// An instance that does not own the node has nothing to answer: the owner decides.
+		if ownership, _ := p.owner(); !ownership.Owns() {
+			return nil, nil, nil
+		}
 		// Shutting down: the connection closes once the requests in flight are answered, and a
 		// request that comes now would be in flight then. Failing it is safe (the kubelet
 		// retries the container; the next plugin instance answers); creating it without us is
@@ -51,6 +55,21 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, errDraining
 	}
 	defer p.inflight.leave()
+	// Another instance may own the node, or be taking it over (contract §14): only the owner
+	// decides, and it decides once even when ownership moves between its call and the other
+	// instance's.
+	ownership, decisions := p.owner()
+	owner, done, err := ownership.Enter(ctx)
+	if err != nil {
+		p.metrics.Failures.WithLabelValues(metrics.HookCreateContainer).Inc()
+		return nil, nil, err
+	}
+	defer done()
+	// The mark of an instance called before this one is read (and removed) whatever this one is.
+	if taken := decisions.Taken(ctr.GetId()); !owner || taken {
+		return nil, nil, nil
+	}
+	decisions.Record(ctr.GetId())
 	generation := p.cache.Generation()
 	start := time.Now()
 	defer p.observe(metrics.HookCreateContainer, start)
@@ -84,7 +103,7 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 			return nil, reject(contract.RejectInvalidValue, "%v", err)
 		}
 	}
-	claim, ok := p.claims.Prepared(uid)
+	claim, ok := p.claimSource().Prepared(uid)
 	if !ok || !claim.Completed {
 		return nil, reject(contract.RejectClaimNotPrepared, "claim %s is not prepared on this node", uid)
 	}
@@ -96,7 +115,7 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	}
 	devices := cdiDevices(ctr)
 	if len(devices) > 0 {
-		if err := checkCollisions(p.cfg.DriverName, p.claims, devices); err != nil {
+		if err := checkCollisions(p.cfg.DriverName, p.claimSource(), devices); err != nil {
 			return nil, err
 		}
 		if !slices.Contains(devices, claim.CommonCDIDevice) {
@@ -114,8 +133,8 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	in := Instance{
 		ContainerID: ctr.GetId(), PodUID: podUID, PodNamespace: pod.GetNamespace(), PodName: pod.GetName(),
 		ContainerName: name, ClaimUID: uid, ConfigDir: dirs.Config, State: StateCreated,
-		Results: resultsOf(claim, devices, env),
 	}
+	in.Results, in.AdminResults = splitResults(claim, resultsOf(claim, devices, env))
 	if err := p.cache.add(in, generation); err != nil {
 		var inUse *ResultInUseError
 		if errors.As(err, &inUse) {
@@ -142,8 +161,12 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 
 	adjust := &api.ContainerAdjustment{}
 	adjust.AddMount(&api.Mount{Source: dirs.Config, Destination: contract.ContainerConfigDir, Type: "bind", Options: roMount})
-	adjust.AddMount(&api.Mount{Source: dirs.VGPULock, Destination: contract.ContainerVGPULockDir, Type: "bind", Options: rwMount})
-	adjust.AddMount(&api.Mount{Source: dirs.VMemNode, Destination: contract.ContainerVMemNodeDir, Type: "bind", Options: rwMount})
+	// A container of admin-access results only runs unlimited (its vgpu.config has no limit):
+	// the library keeps no ledger and no core buckets for it, so it gets no writable directory.
+	if len(in.Results) > 0 || len(in.AdminResults) == 0 {
+		adjust.AddMount(&api.Mount{Source: dirs.VGPULock, Destination: contract.ContainerVGPULockDir, Type: "bind", Options: rwMount})
+		adjust.AddMount(&api.Mount{Source: dirs.VMemNode, Destination: contract.ContainerVMemNodeDir, Type: "bind", Options: rwMount})
+	}
 	adjust.AddEnv(contract.EnvPodUID, podUID)
 	adjust.AddEnv(contract.EnvContainerName, name)
 	if p.cfg.SetNvidiaVisibleDevices {
@@ -157,16 +180,22 @@ func (p *Plugin) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 }
 
 // containerConfig is what the container may use (contract §4a): the GPUs of the results it
-// references, each once, with their limits, and its NRI identity. Two results on one GPU never
-// reach here (checkCollisions), so a GPU's limits are those of its one result.
+// references, each once, with their limits (none for admin access), and its NRI identity. Two
+// results on one GPU never reach here (checkCollisions), so a GPU's limits are those of its one
+// result.
 func containerConfig(claim Claim, in Instance) contract.ContainerConfig {
 	c := contract.ContainerConfig{ClaimUID: claim.UID, PodUID: in.PodUID, ContainerName: in.ContainerName}
-	for _, i := range in.Results {
+	used := slices.Sorted(slices.Values(slices.Concat(in.Results, in.AdminResults)))
+	for _, i := range used {
 		r := claim.Results[i]
 		if slices.ContainsFunc(c.GPUs, func(g contract.ContainerGPU) bool { return g.UUID == r.GPUUUID }) {
 			continue
 		}
-		c.GPUs = append(c.GPUs, contract.ContainerGPU{Index: r.Index, UUID: r.GPUUUID, MemoryBytes: r.MemoryBytes, Cores: r.Cores})
+		g := contract.ContainerGPU{Index: r.Index, UUID: r.GPUUUID, MemoryBytes: r.MemoryBytes, Cores: r.Cores}
+		if r.AdminAccess {
+			g.MemoryBytes, g.Cores = 0, 0 // "0 0": pass-through (contract §4a)
+		}
+		c.GPUs = append(c.GPUs, g)
 	}
 	return c
 }
@@ -180,7 +209,7 @@ func (p *Plugin) checkReserved(ctx context.Context, claim Claim, podUID string) 
 	}
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.RefreshTimeout)
 	defer cancel()
-	reserved, err := p.claims.ReservedFor(rctx, claim.UID)
+	reserved, err := p.claimSource().ReservedFor(rctx, claim.UID)
 	if err != nil {
 		return fmt.Errorf("read claim %s to check that pod %s is reserved for it: %w", claimRef(claim), podUID, err)
 	}

@@ -14,6 +14,13 @@
 //   - Supervisor: the connection's life (fresh stub per attempt, watchdog, capped backoff),
 //     liveness (Check) and the path of newly prepared claims (ClaimPath).
 //   - ServeDebug: JSON state on a local unix socket.
+//   - Ownership and Decisions (contract §14): while a new instance takes the node over, two
+//     plugins of one name are registered; only the owner decides a CreateContainer and touches
+//     directories, an observer answers without an adjustment and keeps the runtime's view
+//     (Synchronize, PostCreateContainer, Start, Stop, Remove). Own rebuilds the cache from that
+//     view when the instance becomes the owner. A per-container mark tells the instance that
+//     the runtime calls second that the first already decided, so a container gets its mounts
+//     exactly once. Without SetOwnership the plugin always owns.
 //
 // The package knows prepared claims only through the Claims interface, which pkg/plugin
 // satisfies from the checkpoint and the API server; it builds host paths only through

@@ -42,9 +42,12 @@ type Config struct {
 // Plugin implements the NRI hooks (the stub's handler interfaces). One Plugin serves every
 // connection the Supervisor makes; the runtime serializes the calls of one connection.
 type Plugin struct {
-	cfg     Config
+	cfg Config
+	// claims is what the plugin asks about prepared claims; replaced when this instance becomes
+	// the owner (Own) and reads the checkpoint anew.
 	claims  Claims
 	cache   *Cache
+	view    *runtimeView
 	metrics *metrics.NRIMetrics
 	logger  klog.Logger
 	// inflight counts hook calls in progress; Supervisor.Drain waits for it.
@@ -53,9 +56,11 @@ type Plugin struct {
 	// strays.
 	cgroupReads sync.WaitGroup
 
-	mu       sync.Mutex
-	runtime  string // "<name> <version>" from the last Configure
-	onSynced func() // the Supervisor's notification of a good session
+	mu        sync.Mutex
+	runtime   string // "<name> <version>" from the last Configure
+	onSynced  func() // the Supervisor's notification of a good session
+	ownership Ownership
+	decisions Decisions
 }
 
 // NewPlugin returns the hooks over claims, with an empty, unsynchronized cache.
@@ -73,7 +78,8 @@ func NewPlugin(cfg Config, claims Claims, m *metrics.NRIMetrics, logger klog.Log
 		procRoot := cfg.ProcRoot
 		cfg.StopProcess = func(pid int, containerID string) error { return StopContainerProcess(procRoot, pid, containerID) }
 	}
-	return &Plugin{cfg: cfg, claims: claims, cache: NewCache(), metrics: m, logger: logger}
+	return &Plugin{cfg: cfg, claims: claims, cache: NewCache(), view: newRuntimeView(), metrics: m, logger: logger,
+		ownership: soleOwner{}, decisions: noDecisions{}}
 }
 
 // Cache is the plugin's container cache (read by the registry server).
@@ -117,6 +123,11 @@ func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	p.inflight.enterAlways()
 	defer p.inflight.leave()
 	start := time.Now()
+	p.view.saw(pod, ctr)
+	if ownership, _ := p.owner(); !ownership.Owns() {
+		return nil
+	}
+	p.learn(pod, ctr)
 	if _, ok := p.cache.Get(ctr.GetId()); !ok {
 		return nil // not a vGPU container
 	}
@@ -140,11 +151,25 @@ func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	return nil
 }
 
+// PostCreateContainer records the container as the runtime created it, with the mounts and env
+// of the adjustment: an observer learns from it the containers the owner decided, and an owner
+// the ones its predecessor decided just before the node changed hands (contract §14).
+func (p *Plugin) PostCreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	p.inflight.enterAlways()
+	defer p.inflight.leave()
+	p.view.saw(pod, ctr)
+	if ownership, _ := p.owner(); ownership.Owns() {
+		p.learn(pod, ctr)
+	}
+	return nil
+}
+
 // StopContainer marks the instance stopped: its results are free for other containers.
-func (p *Plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+func (p *Plugin) StopContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	p.inflight.enterAlways()
 	defer p.inflight.leave()
 	start := time.Now()
+	p.view.stopped(pod, ctr)
 	if p.cache.update(ctr.GetId(), func(in *Instance) { in.State = StateStopped }) {
 		p.observe(metrics.HookStopContainer, start)
 	}
@@ -158,13 +183,18 @@ func (p *Plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	p.inflight.enterAlways()
 	defer p.inflight.leave()
 	start := time.Now()
+	p.view.removed(ctr)
+	ownership, decisions := p.owner()
 	in, last, ok := p.cache.remove(ctr.GetId())
 	if !ok {
 		return nil
 	}
+	decisions.Forget(ctr.GetId())
 	defer p.observe(metrics.HookRemoveContainer, start)
 	p.metrics.CacheEntries.Set(float64(p.cache.Len()))
-	if last {
+	// An observer's cache is not the node's: the owner may have given another instance of the
+	// name the directory since.
+	if last && ownership.Owns() {
 		p.removeDirs(metrics.HookRemoveContainer, in)
 	}
 	p.logger.V(2).Info("Removed vGPU container", "pod", klog.KRef(pod.GetNamespace(), pod.GetName()), "container", in.ContainerName, "id", in.ContainerID, "dirRemoved", last)
@@ -177,8 +207,9 @@ func (p *Plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
 	p.inflight.enterAlways()
 	defer p.inflight.leave()
 	start := time.Now()
+	p.view.podStopped(pod)
 	stopped := p.cache.stopPod(pod.GetUid())
-	if len(stopped) == 0 {
+	if ownership, _ := p.owner(); len(stopped) == 0 || !ownership.Owns() {
 		return nil
 	}
 	defer p.observe(metrics.HookStopPodSandbox, start)

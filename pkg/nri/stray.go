@@ -45,7 +45,7 @@ func (p *Plugin) strayOf(pod *api.PodSandbox, ctr *api.Container) (stray, bool) 
 	if env.claimUID == "" || env.conflicting {
 		return stray{}, false
 	}
-	claim, ok := p.claims.Prepared(env.claimUID)
+	claim, ok := p.claimSource().Prepared(env.claimUID)
 	if !ok || !claim.Completed || claim.Path != contract.PathNRI || !slices.Contains(cdiDevices(ctr), claim.CommonCDIDevice) {
 		return stray{}, false
 	}

@@ -42,6 +42,12 @@ type SupervisorConfig struct {
 	StartTimeout time.Duration
 	// FirstAttemptWait bounds how long ClaimPath waits for the outcome of the first attempt.
 	FirstAttemptWait time.Duration
+	// NoFailRequest registers without NRI's FailRequest failure policy. An instance that may
+	// hand the node over sets it (contract §14): a runtime that honours the policy (NRI ≥
+	// 0.12.4) fails any request that a FailRequest plugin's closing connection is under, and
+	// the outgoing instance must be able to close its connection without failing a container
+	// that the new owner adjusts.
+	NoFailRequest bool
 }
 
 // Supervisor keeps the plugin connected to the runtime: a fresh stub for every attempt (a
@@ -109,6 +115,32 @@ func NewSupervisor(cfg SupervisorConfig, plugin *Plugin, m *metrics.NRIMetrics, 
 	return s
 }
 
+// UsePluginIndex sets the NRI plugin index (two digits) before Run: a successor registers one
+// index after the owner, so that the runtime calls the owner first (contract §14).
+func (s *Supervisor) UsePluginIndex(idx string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg.PluginIndex = idx
+	s.status.Plugin = idx + "-" + s.cfg.PluginName
+}
+
+// PluginIndex is the NRI plugin index in use.
+func (s *Supervisor) PluginIndex() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.PluginIndex
+}
+
+// Synced reports whether the current session is good (registered and synchronized).
+func (s *Supervisor) Synced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status.Connected && s.status.Synced
+}
+
+// FirstAttemptDone is closed once the first connection attempt has an outcome.
+func (s *Supervisor) FirstAttemptDone() <-chan struct{} { return s.firstDone }
+
 // Run connects and reconnects until ctx ends or Drain stops it. Give it a context that a
 // shutdown does not cancel before Drain has run: cancelling it closes the connection at once,
 // under any request in flight.
@@ -154,13 +186,13 @@ func (s *Supervisor) session(ctx context.Context) (established bool, err error) 
 	var closeOnce sync.Once
 	d := &dialer{}
 	st, err := stub.New(s.plugin,
-		stub.WithPluginName(s.cfg.PluginName), stub.WithPluginIdx(s.cfg.PluginIndex),
+		stub.WithPluginName(s.cfg.PluginName), stub.WithPluginIdx(s.PluginIndex()),
 		stub.WithSocketPath(s.cfg.Socket), stub.WithDialer(d.dial),
 		stub.WithOnClose(func() { closeOnce.Do(func() { close(closed) }) }),
 		stub.WithLogger(nriLogger{s.logger}),
 		// Fail the request rather than proceed without us (runtimes with NRI ≥ 0.12.4; older
 		// ones ignore the field — see the package documentation).
-		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: true}),
+		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: !s.cfg.NoFailRequest}),
 	)
 	if err != nil {
 		return false, fmt.Errorf("create NRI stub: %w", err)
@@ -306,6 +338,19 @@ func (s *Supervisor) Status() Status {
 	s.mu.Unlock()
 	st.Runtime = s.plugin.Runtime()
 	return st
+}
+
+// LostFor is how long this process has been without a good session since its last one
+// ended: 0 while a session is good, and before the first (a runtime that never offered NRI is
+// no fault). Check fails once it passes the grace.
+func (s *Supervisor) LostFor() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	if !st.HadSession || (st.Connected && st.Synced) || st.LostAt.IsZero() {
+		return 0
+	}
+	return max(s.now().Sub(st.LostAt), 0)
 }
 
 // Check is the liveness check (tier 2): after this process has had a good session, being

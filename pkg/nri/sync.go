@@ -27,6 +27,40 @@ import (
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containers []*api.Container) ([]*api.ContainerUpdate, error) {
 	start := time.Now()
 	defer p.observe(metrics.HookSynchronize, start)
+	p.view.replace(pods, containers)
+	ownership, _ := p.owner()
+	if ownership.Owns() {
+		instances, strays := p.rebuild(pods, containers)
+		if len(strays) > 0 {
+			// After the answer: a reservation may need an API read (stray.go).
+			p.cgroupReads.Add(1)
+			go func() {
+				defer p.cgroupReads.Done()
+				p.stopStrays(strays)
+			}()
+		}
+		removed := p.removeStaleDirs(instances)
+		p.logger.Info("Synchronized with the NRI runtime", "pods", len(pods), "containers", len(containers), "vgpuContainers", len(instances), "staleDirsRemoved", removed, "strays", len(strays))
+	} else {
+		// An observer decides nothing and removes nothing: the owner's cache is the node's.
+		p.logger.Info("Synchronized with the NRI runtime as an observer", "pods", len(pods), "containers", len(containers), "vgpuContainers", p.view.len())
+	}
+
+	p.mu.Lock()
+	onSynced := p.onSynced
+	p.mu.Unlock()
+	if onSynced != nil {
+		onSynced()
+	}
+	return nil, nil
+}
+
+// rebuild replaces the cache with the vGPU containers among a replay (Synchronize's, or this
+// instance's view when it becomes the owner) and returns them, with the running vGPU containers
+// that lack the plugin's adjustment (strays; only a runtime's replay is sure of a container's
+// mounts, so only Synchronize stops them). Running containers get their cgroups: those the cache
+// knew at once, the others read in the background.
+func (p *Plugin) rebuild(pods []*api.PodSandbox, containers []*api.Container) ([]Instance, []stray) {
 	byID := make(map[string]*api.PodSandbox, len(pods))
 	for _, pod := range pods {
 		byID[pod.GetId()] = pod
@@ -54,24 +88,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 			p.readCgroups(unknown)
 		}()
 	}
-	if len(strays) > 0 {
-		// After the answer: a reservation may need an API read (stray.go).
-		p.cgroupReads.Add(1)
-		go func() {
-			defer p.cgroupReads.Done()
-			p.stopStrays(strays)
-		}()
-	}
-	removed := p.removeStaleDirs(instances)
-	p.logger.Info("Synchronized with the NRI runtime", "pods", len(pods), "containers", len(containers), "vgpuContainers", len(instances), "staleDirsRemoved", removed, "strays", len(strays))
-
-	p.mu.Lock()
-	onSynced := p.onSynced
-	p.mu.Unlock()
-	if onSynced != nil {
-		onSynced()
-	}
-	return nil, nil
+	return instances, strays
 }
 
 // replayed turns a replayed container into a cache instance when it is ours.
@@ -87,7 +104,7 @@ func (p *Plugin) replayed(pod *api.PodSandbox, ctr *api.Container) (Instance, bo
 	if env.conflicting || env.podUID != podUID || env.containerName != name {
 		return Instance{}, false
 	}
-	claim, ok := p.claims.Prepared(env.claimUID)
+	claim, ok := p.claimSource().Prepared(env.claimUID)
 	if !ok || claim.Path != contract.PathNRI {
 		return Instance{}, false
 	}
@@ -100,8 +117,8 @@ func (p *Plugin) replayed(pod *api.PodSandbox, ctr *api.Container) (Instance, bo
 	in := Instance{
 		ContainerID: ctr.GetId(), PodUID: podUID, PodNamespace: pod.GetNamespace(), PodName: pod.GetName(),
 		ContainerName: name, ClaimUID: env.claimUID, ConfigDir: dirs.Config,
-		Results: resultsOf(claim, cdiDevices(ctr), env),
 	}
+	in.Results, in.AdminResults = splitResults(claim, resultsOf(claim, cdiDevices(ctr), env))
 	switch ctr.GetState() {
 	case api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_PAUSED:
 		in.State = StateRunning
@@ -178,7 +195,7 @@ func (p *Plugin) removeStaleDirs(instances []Instance) int {
 		owned[dirKey{in.ClaimUID, in.PodUID, in.ContainerName}] = true
 	}
 	var uids []string
-	for _, c := range p.claims.List() {
+	for _, c := range p.claimSource().List() {
 		if c.Path == contract.PathNRI {
 			uids = append(uids, c.UID)
 		}

@@ -1,9 +1,11 @@
-// Package plugin is the composition root of the vgpu-kubelet-plugin process: Start builds its
-// parts in dependency order (instance lock, GPU inventory, checkpoint, NRI side, driver and
-// recovery, NRI connection, registry, kubelet services, ResourceSlices, probes), and the adapters
-// between packages (checkpoint → NRI, NRI cache → registry, checkpoint → registry) live here, so
-// that no package imports another only to satisfy its interfaces. cmd turns flags into Config;
-// tests start the same assembly in-process with fakes for the API server and the GPUs.
+// Package plugin is the composition root of the vgpu-kubelet-plugin process: Start builds what
+// every instance runs (GPU inventory, NRI side, probes), and the instance that holds the lock
+// builds its ownership term in dependency order (checkpoint, driver and recovery, NRI
+// connection, registry, kubelet services, ResourceSlices). The handover between an owning and an
+// incoming instance (contract §14) is implemented here over pkg/handover, and the adapters
+// between packages (checkpoint → NRI, NRI cache → registry, checkpoint → registry) live here,
+// so that no package imports another only to satisfy its interfaces. cmd turns flags into
+// Config; tests start the same assembly in-process with fakes for the API server and the GPUs.
 package plugin
 
 import (
@@ -11,6 +13,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
@@ -21,6 +26,11 @@ import (
 // core file take about 200 KiB, so a claim shared by a hundred containers still fits, and what
 // a container writes there is charged to its own memory limit.
 const DefaultClaimFSBytes = 32 << 20
+
+// DefaultReconcileInterval is how often the prepared claims are checked against the API server
+// (--reconcile-interval): a claim the kubelet did not unprepare (the plugin was down) costs its
+// GPU share until then.
+const DefaultReconcileInterval = 5 * time.Minute
 
 // MinClaimFSBytes is the smallest tmpfs that holds one container's files.
 const MinClaimFSBytes = 1 << 20
@@ -49,6 +59,12 @@ type Config struct {
 	HealthAddress string
 	// MetricsAddress serves /metrics; empty disables it.
 	MetricsAddress string
+	// UsageInterval is how often per-container usage is sampled for /metrics
+	// (--usage-interval); 0 disables the per-container and per-GPU usage metrics.
+	UsageInterval time.Duration
+	// UsageMaxSeries bounds the (container, GPU) pairs those metrics show (--usage-max-series);
+	// usage.DefaultMaxSeries when 0.
+	UsageMaxSeries int
 
 	// NRISocket is the runtime's NRI socket (--nri-socket); required when NRI is on.
 	NRISocket string
@@ -59,6 +75,14 @@ type Config struct {
 	NRIFailureGrace time.Duration
 	// DebugSocket is the debug endpoint's unix socket; <state>/debug.sock when empty, "-" off.
 	DebugSocket string
+	// ReconcileInterval is how often prepared claims are checked against the API server
+	// (--reconcile-interval); 0: only once, at start-up.
+	ReconcileInterval time.Duration
+	// PodUID is the UID of this instance's pod (--pod-uid, the downward API's metadata.uid).
+	// With it, the instance's kubelet sockets are named after the pod (the DRA helper's
+	// RollingUpdate) and it can hand the node over to a new instance, or take it over, while
+	// pods keep starting (contract §14). Empty: one instance at a time, fixed socket names.
+	PodUID string
 
 	// Feature gates, resolved by cmd.
 	VGPU        bool
@@ -79,13 +103,40 @@ func (c Config) PluginDataDir() string {
 // RegistrarDir is where the kubelet watches for plugin registration sockets.
 func (c Config) RegistrarDir() string { return filepath.Join(c.KubeletDir, "plugins_registry") }
 
-// RegistrarSocket is the registration socket the helper creates for this driver.
+// RegistrarSocket is the registration socket the helper creates for this driver: with a pod UID
+// the rolling-update name the helper derives from it (kubelet ≥ 1.33 then uses the newest
+// registration of a driver).
 func (c Config) RegistrarSocket() string {
+	if c.PodUID != "" {
+		return filepath.Join(c.RegistrarDir(), kubeletplugin.RollingUpdateRegistrarSocketFile(c.RegistrarDir(), c.DriverName, types.UID(c.PodUID)))
+	}
 	return filepath.Join(c.RegistrarDir(), c.DriverName+"-reg.sock")
 }
 
 // DRASocket is the socket the kubelet calls NodePrepareResources on.
-func (c Config) DRASocket() string { return filepath.Join(c.PluginDataDir(), "dra.sock") }
+func (c Config) DRASocket() string { return c.draSocketOf(c.PodUID) }
+
+// draSocketOf is the DRA socket of the instance in the pod podUID ("" without one): the helper
+// names it dra-<pod UID>.sock under rolling updates.
+func (c Config) draSocketOf(podUID string) string {
+	if podUID == "" {
+		return filepath.Join(c.PluginDataDir(), "dra.sock")
+	}
+	return filepath.Join(c.PluginDataDir(), "dra-"+podUID+".sock")
+}
+
+// HandoverEnabled: this instance can hand the node over and take it over (it knows its pod).
+func (c Config) HandoverEnabled() bool { return c.PodUID != "" }
+
+// HandoverSocketPath is where the owner listens for a successor (contract §14).
+func (c Config) HandoverSocketPath() string {
+	return filepath.Join(c.PluginDataDir(), contract.HandoverSocketName)
+}
+
+// DecisionMarkersDir holds the owner's per-container NRI decision marks (contract §14).
+func (c Config) DecisionMarkersDir() string {
+	return filepath.Join(c.PluginDataDir(), contract.NRIDecisionsDir)
+}
 
 // CheckpointPath is <plugin data dir>/checkpoint.json.
 func (c Config) CheckpointPath() string {
@@ -131,16 +182,39 @@ func (c Config) Validate() error {
 	if len(c.NRIPluginIndex) > 0 && (len(c.NRIPluginIndex) != 2 || c.NRIPluginIndex[0] < '0' || c.NRIPluginIndex[0] > '9' || c.NRIPluginIndex[1] < '0' || c.NRIPluginIndex[1] > '9') {
 		errs = append(errs, fmt.Errorf("--nri-plugin-index %q: want two digits", c.NRIPluginIndex))
 	}
+	if c.UsageInterval < 0 || c.UsageMaxSeries < 0 {
+		errs = append(errs, errors.New("--usage-interval and --usage-max-series must not be negative"))
+	}
 	if c.NRIFailureGrace < 0 {
 		errs = append(errs, errors.New("--nri-failure-grace must not be negative"))
 	}
+	if c.ReconcileInterval < 0 {
+		errs = append(errs, errors.New("--reconcile-interval must not be negative"))
+	}
+	if c.PodUID != "" {
+		if err := contract.ValidateUID(c.PodUID); err != nil {
+			errs = append(errs, fmt.Errorf("--pod-uid: %w", err))
+		}
+	}
 	// Unix socket paths are limited to 108 bytes; the kubelet's and ours must fit.
-	for _, sock := range []string{c.DRASocket(), c.RegistrarSocket(), c.DebugSocketPath()} {
+	// With a pod UID the DRA helper names the registration socket itself and keeps it within
+	// the kernel's bound (a hash of the UID when the UID does not fit).
+	socks := []string{c.DRASocket(), c.DebugSocketPath(), c.SimulatedControlSocketPath(), c.HandoverSocketPath()}
+	if c.PodUID == "" {
+		socks = append(socks, c.RegistrarSocket())
+	}
+	for _, sock := range socks {
 		if len(sock) >= 100 {
 			errs = append(errs, fmt.Errorf("socket path %s is %d bytes; unix sockets need under 100: shorten --kubelet-dir or --driver-name", sock, len(sock)))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SimulatedControlSocketPath is where the simulated GPUs' control endpoint listens (contract
+// §11), <state>/simulated-gpu.sock; it is served only when the GPUs are simulated.
+func (c Config) SimulatedControlSocketPath() string {
+	return filepath.Join(c.StateDir, contract.SimulatedControlSocketName)
 }
 
 // debugSocketName is the debug socket's name in the state directory when --debug-socket is

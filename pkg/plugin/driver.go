@@ -25,10 +25,15 @@ type driverParts struct {
 	devices    []gpu.Device
 	store      *checkpoint.Store
 	metrics    *metrics.Metrics
+	dra        *metrics.DRAMetrics
 	paths      driver.PathSelector
 	simulated  bool
 	bootID     string
 	quarantine *driver.Quarantine
+	// onFatal is told of an error the DRA helper cannot recover from.
+	onFatal func(error)
+	// claims reads claims and writes their device status.
+	claims driver.ClaimAPI
 }
 
 // newDriver installs libvgpu.so into the state dir (VGPUSupport), builds the CDI writer and
@@ -37,10 +42,17 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 	logger := klog.FromContext(ctx)
 	libraryInstalled := false
 	if cfg.VGPU {
-		var err error
-		if libraryInstalled, err = installLibrary(logger, cfg.LibrarySource, layout); err != nil {
+		lib, err := layout.InstallLibrary(cfg.LibrarySource)
+		if err != nil {
 			return nil, err
 		}
+		switch {
+		case lib.SourceMissing:
+			logger.Info("No libvgpu.so to install", "source", cfg.LibrarySource)
+		case lib.Bytes > 0:
+			logger.Info("Installed libvgpu.so", "source", cfg.LibrarySource, "path", layout.LibraryPath(), "bytes", lib.Bytes)
+		}
+		libraryInstalled = lib.Installed
 		if !libraryInstalled {
 			logger.Info("libvgpu.so is not installed in the state dir: containers get limits in their env but nothing enforces them",
 				"library", layout.LibraryPath(), "preload", layout.PreloadPath())
@@ -67,7 +79,7 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 	}, driver.Deps{
 		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
 		Paths: parts.paths, PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
-		Quarantine: parts.quarantine,
+		Quarantine: parts.quarantine, OnFatal: parts.onFatal, Claims: parts.claims, DRAMetrics: parts.dra,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build the driver: %w", err)

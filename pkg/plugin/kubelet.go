@@ -9,43 +9,55 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
-
-	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
-	"github.com/vgpu-dra/vgpu-dra/pkg/health"
 )
 
 // startKubeletServices serves the kubelet's plugin-registration and DRA gRPC services through
-// the DRA helper, and adds their liveness checks. The directories the sockets live in are
+// the DRA helper, for the rest of the process's life, and adds their liveness checks (which only
+// an owner runs). The helper serves draDelegate, which passes each call to the driver of the
+// current ownership term; draInterceptor holds the calls while a handover is decided and passes
+// them to the owner when another instance owns the node. With a pod UID the sockets have the
+// helper's rolling-update names, so that two instances can be registered at once and the
+// kubelet (≥ 1.33) uses the newest (contract §14). The directories the sockets live in are
 // created when missing (the kubelet creates them on its own nodes; outside one, binding would
 // fail with "no such file or directory").
-func startKubeletServices(ctx context.Context, cfg Config, d *driver.Driver, kube kubernetes.Interface, checks *health.Server) (*kubeletplugin.Helper, error) {
+func (p *Plugin) startKubeletServices() (*kubeletplugin.Helper, error) {
+	cfg := p.cfg
 	for _, dir := range []string{cfg.RegistrarDir(), cfg.PluginDataDir()} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create kubelet plugin directory: %w", err)
 		}
 	}
 	watch := &registrationWatch{}
-	helper, err := kubeletplugin.Start(ctx, d,
+	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(cfg.DriverName),
 		kubeletplugin.NodeName(cfg.NodeName),
-		kubeletplugin.KubeClient(kube),
+		kubeletplugin.KubeClient(p.deps.KubeClient),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir()),
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir()),
-		// Serialize(false): the driver locks per claim (see driver/claimlocks.go).
+		// Serialize(false): the driver locks per claim (see driver/claimlocks.go); across two
+		// instances only the owner prepares (the gate), so no file lock is needed either.
 		kubeletplugin.Serialize(false),
 		kubeletplugin.GRPCInterceptor(watch.interceptor),
+		kubeletplugin.GRPCInterceptor(p.draInterceptor),
 		kubeletplugin.HealthService(cfg.HealthCheck),
-	)
+	}
+	if cfg.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(cfg.PodUID)))
+	}
+	if p.deps.DRAListen != nil {
+		opts = append(opts, kubeletplugin.PluginListener(p.deps.DRAListen))
+	}
+	helper, err := kubeletplugin.Start(p.ctx, p.delegate, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("start kubelet plugin services: %w", err)
 	}
-	checks.Add("kubelet-registration", watch.check(cfg.RegistrarSocket()))
-	checks.Add("dra-socket", draSocketCheck(cfg.DRASocket()))
+	p.health.Add("kubelet-registration", p.ownerOnly(watch.check(cfg.RegistrarSocket())))
+	p.health.Add("dra-socket", p.ownerOnly(draSocketCheck(cfg.DRASocket())))
 	return helper, nil
 }
 

@@ -22,41 +22,75 @@ import (
 )
 
 // nriSide is the embedded NRI plugin: its hooks with their container cache, and the supervisor
-// that connects them to the runtime.
+// that connects them to the runtime. It lives as long as the process, whoever owns the node.
 type nriSide struct {
 	plugin     *nri.Plugin
 	supervisor *nri.Supervisor
+	mu         sync.Mutex
+	running    bool
 }
 
 // newNRISide builds the NRI plugin and its supervisor, not yet connected: the supervisor
-// already decides the path of new claims, which the driver needs before it can recover.
-func newNRISide(cfg Config, layout claimdir.Layout, claims nri.Claims, m *metrics.Metrics) *nriSide {
+// already decides the path of new claims, which the driver needs before it can recover. The
+// plugin knows no claims until this instance owns the node (nri.Plugin.Own).
+func newNRISide(cfg Config, layout claimdir.Layout, m *metrics.Metrics) *nriSide {
 	logger := klog.Background().WithName("nri")
 	nm := metrics.NewNRIMetrics(m.Registry)
 	plugin := nri.NewPlugin(nri.Config{
 		DriverName: cfg.DriverName, Layout: layout,
 		SetNvidiaVisibleDevices: cfg.GPUInjection == cdi.InjectionEnv,
-	}, claims, nm, logger)
-	return &nriSide{
-		plugin: plugin,
-		supervisor: nri.NewSupervisor(nri.SupervisorConfig{
-			PluginName: cfg.DriverName, PluginIndex: cfg.NRIPluginIndex, Socket: cfg.NRISocket,
-			FailureGrace: cfg.NRIFailureGrace,
-		}, plugin, nm, logger),
+	}, noClaims{}, nm, logger)
+	supervisor := nri.NewSupervisor(nri.SupervisorConfig{
+		PluginName: cfg.DriverName, PluginIndex: cfg.NRIPluginIndex, Socket: cfg.NRISocket,
+		FailureGrace: cfg.NRIFailureGrace, NoFailRequest: cfg.HandoverEnabled(),
+	}, plugin, nm, logger)
+	grace := cfg.NRIFailureGrace
+	if grace <= 0 {
+		grace = nri.DefaultFailureGrace
 	}
+	metrics.RegisterNRILost(m.Registry, supervisor.LostFor, grace)
+	return &nriSide{plugin: plugin, supervisor: supervisor}
 }
 
-// start connects to the runtime (in the background, retrying forever), adds the liveness check
-// and serves the debug endpoint (debugSocket "" disables it).
-func (n *nriSide) start(ctx context.Context, debugSocket string, checks *health.Server) error {
+// start connects to the runtime as plugin index (in the background, retrying forever) and adds
+// the liveness check; only the first call does anything.
+func (n *nriSide) start(ctx context.Context, index string, checks *health.Server) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.running {
+		return
+	}
+	n.running = true
+	if index != "" {
+		n.supervisor.UsePluginIndex(index)
+	}
 	go n.supervisor.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("nri")))
 	checks.Add("nri", n.supervisor.Check)
-	if debugSocket != "" {
-		if err := nri.ServeDebug(ctx, debugSocket, n.supervisor.DebugState); err != nil {
-			return err
-		}
+}
+
+// started reports whether start ran.
+func (n *nriSide) started() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.running
+}
+
+// serveDebug serves the debug endpoint until ctx ends or stop is called (socket "" disables
+// it): the owner's.
+func (n *nriSide) serveDebug(ctx context.Context, socket string) (stop func(), err error) {
+	if socket == "" {
+		return func() {}, nil
 	}
-	return nil
+	return nri.ServeDebug(ctx, socket, n.supervisor.DebugState)
+}
+
+// noClaims answers that nothing is prepared: what an instance knows before it owns the node.
+type noClaims struct{}
+
+func (noClaims) Prepared(string) (nri.Claim, bool) { return nri.Claim{}, false }
+func (noClaims) List() []nri.Claim                 { return nil }
+func (noClaims) ReservedFor(context.Context, string) ([]string, error) {
+	return nil, errors.New("this instance does not own the node")
 }
 
 // NRICache is the embedded NRI plugin's container cache; nil when NRI is off.
@@ -184,7 +218,7 @@ func toNRIClaim(uid string, cp checkpoint.Claim) nri.Claim {
 	for _, dev := range cp.Devices {
 		r := nri.Result{
 			Request: dev.Request, Device: dev.Device, ShareID: dev.ShareID, GPUUUID: dev.GPUUUID, Index: dev.Index,
-			MemoryBytes: dev.MemoryBytes, Cores: dev.Cores,
+			MemoryBytes: dev.MemoryBytes, Cores: dev.Cores, AdminAccess: dev.AdminAccess,
 		}
 		if len(dev.CDIDeviceIDs) > 0 {
 			r.CDIDevice = dev.CDIDeviceIDs[0]

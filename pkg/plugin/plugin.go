@@ -7,20 +7,23 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	k8smetrics "k8s.io/component-base/metrics"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/component"
-	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
+	"github.com/vgpu-dra/vgpu-dra/pkg/handover"
 	"github.com/vgpu-dra/vgpu-dra/pkg/health"
 	"github.com/vgpu-dra/vgpu-dra/pkg/instancelock"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
-	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
+	"github.com/vgpu-dra/vgpu-dra/pkg/usage"
 )
 
 // Deps are what the node provides; tests replace them with fakes.
@@ -32,45 +35,108 @@ type Deps struct {
 	GPUs gpu.Source
 	// BootID overrides /proc/sys/kernel/random/boot_id (tests simulate reboots with it).
 	BootID string
+	// DRAListen, when set, creates the listener of the DRA socket instead of the helper
+	// (tests break the helper's gRPC server through it).
+	DRAListen func(ctx context.Context, path string) (net.Listener, error)
+	// MetricsRegistry is the registry the plugin's metrics go on; a new one
+	// (component.NewMetricsRegistry) when nil. Tests pass one that records what is registered.
+	MetricsRegistry k8smetrics.KubeRegistry
+	// LoadCheckpoint reads the checkpoint as a successor checks it before it takes the node
+	// over; checkpoint.Load when nil (tests make it refuse a format, as an older build would).
+	LoadCheckpoint func(path string) (checkpoint.Data, error)
+	// HandoverStep, when set, is told each step of a handover this instance takes part in, on
+	// the goroutine that takes it, before the step's effect is visible to the other instance
+	// (tests kill the process there).
+	HandoverStep func(step string)
 }
 
-// Plugin is a running kubelet plugin: the parts Start built, in the order it built them.
+// Plugin is a running kubelet plugin. What it runs for the process's life (GPU inventory, NRI
+// connection, the kubelet's gRPC services, probes) is built by Start; what only the owner of the
+// node runs (checkpoint, driver, registry, ResourceSlices, ...) is an ownerTerm, built when this
+// instance takes the node and stopped when it hands it over (contract §14).
 type Plugin struct {
 	cfg    Config
+	deps   Deps
+	ctx    context.Context // the process's parts; ends with Stop
 	cancel context.CancelCauseFunc
 	done   chan struct{}
+	logger klog.Logger
 
-	metrics *metrics.Metrics
-	health  *health.Server
+	// failed is closed, with failErr set first, when a part fails for good (fail).
+	failed   chan struct{}
+	failOnce sync.Once
+	failErr  error
 
-	lock     *instancelock.Lock
+	metrics  *metrics.Metrics
+	dra      *metrics.DRAMetrics
+	regm     *metrics.RegistryMetrics
+	hm       *metrics.HandoverMetrics
+	health   *health.Server
 	gpus     gpu.Source
 	ownsGPUs bool
-	store    *checkpoint.Store
+	devices  []gpu.Device
 	nri      *nriSide // nil when NRI is off
-	driver   *driver.Driver
-	registry *registry.Server
-	helper   *kubeletplugin.Helper
+
+	// draGate and nriGate hold the kubelet's calls and NRI's vGPU CreateContainers while a
+	// handover is decided, and pass them on when another instance owns the node.
+	draGate, nriGate *handover.Gate
+	markers          *handover.Markers // nil without handover
+	delegate         *draDelegate
+	forwarder        *forwarder
+
+	// roleMu serialises changes of ownership; term is set while this instance owns the node.
+	roleMu     sync.Mutex
+	term       atomic.Pointer[ownerTerm]
+	helper     *kubeletplugin.Helper // started by the first term, kept for the process's life
+	retiredOld []*ownerTerm          // terms handed over: their registries answer what they took
+	// inHandover counts the handovers in progress (Stop lets them finish); kubeletCalls the
+	// kubelet's Prepare and Unprepare calls in flight (Stop lets them finish too).
+	inHandover   atomic.Int32
+	kubeletCalls atomic.Int32
+	stateMu      sync.Mutex
+	state        observerState
+	observer     sync.WaitGroup
+	kick         chan struct{} // wakes the observer loop (a peer left)
+	stopping     atomic.Bool
+	usage        *usage.Sampler // nil when usage metrics are off
 
 	healthAddr  net.Addr
 	metricsAddr net.Addr
 }
 
-// Start brings the plugin up, one part after the other, each built from the ones before it:
+// observerState is what an instance that does not own the node knows (under roleMu).
+type observerState struct {
+	// retired: this instance handed the node over; it never asks for it back (it takes it only
+	// when the lock is free: the owner is gone).
+	retired bool
+	// sequential: the owner speaks no handover protocol; this instance waits for the lock, and
+	// is ready meanwhile, so that a rolling update replaces the owner.
+	sequential bool
+	// why this instance does not own the node yet (readiness says it).
+	waiting string
+	// peer: a successor announced itself (marks on); tookAt: when this instance last took the
+	// node over from another (its predecessor's marks may still be read); expecting: this
+	// instance committed to a handover and the owner may release the lock any moment.
+	peer      bool
+	tookAt    time.Time
+	expecting bool
+	// predecessors are the pods that handed the node over to this instance: refused as successors.
+	predecessors []string
+}
+
+// Start brings the plugin up. First what every instance runs, whatever it owns:
 //
-//  1. the instance lock (one plugin per node; a second instance waits here);
-//  2. the GPU inventory;
-//  3. the checkpoint, loaded before anything is served;
-//  4. the NRI side, built but not connected (it decides the path of new claims);
-//  5. the driver, which first brings the disk in line with the checkpoint (recovery);
-//  6. NRI connects: containers can be created from here on;
-//  7. the registry (RETRY until NRI's first Synchronize);
-//  8. the kubelet's gRPC services: plugin registration and DRA;
-//  9. ResourceSlice publishing and GPU health events;
-//  10. health and metrics endpoints.
+//  1. the GPU inventory;
+//  2. the NRI side, built but not connected (it decides the path of new claims);
+//  3. the usage sampler (per-container metrics: what the owner's cache and checkpoint hold),
+//     health and metrics endpoints.
 //
-// It returns once the plugin serves; Stop (or ctx) ends it. A failure at any step stops what
-// the earlier steps started and releases the lock.
+// Then, when the instance lock is free, it takes the node (becomeOwner, in the order of
+// architecture.md's "Start-up order": checkpoint, recovery, NRI connection, registry, kubelet
+// services, ResourceSlices). When another instance holds it, this one observes: it asks the owner
+// to hand the node over (contract §14) or, when the owner speaks no handover protocol, waits for
+// the lock; either happens in the background. A failure at any synchronous step stops what the
+// earlier steps started and releases the lock.
 func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -78,80 +144,87 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	if deps.KubeClient == nil {
 		return nil, errors.New("plugin: no Kubernetes client")
 	}
+	if deps.LoadCheckpoint == nil {
+		deps.LoadCheckpoint = checkpoint.Load
+	}
 	logger := klog.FromContext(ctx)
 	// The parts live until Stop, not until ctx ends: a SIGTERM cancels ctx at once, and Stop
 	// then takes them down in an order that lets no container through unadjusted (NRI drains
-	// first). ctx still bounds the wait for the instance lock.
-	waitCtx := ctx
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	p := &Plugin{
-		cfg: cfg, cancel: cancel, done: make(chan struct{}),
-		metrics: metrics.New(component.NewMetricsRegistry()), health: health.NewServer(),
+	// first).
+	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	reg := deps.MetricsRegistry
+	if reg == nil {
+		reg = component.NewMetricsRegistry()
 	}
-	context.AfterFunc(ctx, func() { close(p.done) })
+	p := &Plugin{
+		cfg: cfg, deps: deps, ctx: pctx, cancel: cancel, done: make(chan struct{}), failed: make(chan struct{}), logger: logger,
+		metrics: metrics.New(reg), health: health.NewServer(), kick: make(chan struct{}, 1),
+	}
+	p.dra, p.regm, p.hm = metrics.NewDRAMetrics(reg), metrics.NewRegistryMetrics(reg), metrics.NewHandoverMetrics(reg)
+	p.draGate = handover.NewGate(func(time.Duration) { p.hm.HeldCalls.WithLabelValues(metrics.CallKubelet).Inc() })
+	p.nriGate = handover.NewGate(func(time.Duration) { p.hm.HeldCalls.WithLabelValues(metrics.CallCreateContainer).Inc() })
+	p.delegate = &draDelegate{}
+	p.forwarder = &forwarder{}
+	context.AfterFunc(pctx, func() { close(p.done) })
 	defer func() {
 		if finalErr != nil {
 			p.Stop()
 		}
 	}()
-	layout := cfg.Layout()
 	var err error
 
-	if p.lock, err = instancelock.Acquire(waitCtx, cfg.InstanceLockPath()); err != nil {
-		return nil, err
-	}
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create state dir %s: %w", cfg.StateDir, err)
 	}
 	if p.gpus, p.ownsGPUs, err = openGPUs(cfg, deps.GPUs); err != nil {
 		return nil, err
 	}
-	devices, err := p.gpus.Devices(ctx)
-	if err != nil {
+	if p.devices, err = p.gpus.Devices(pctx); err != nil {
 		return nil, fmt.Errorf("list GPUs: %w", err)
 	}
-	logger.Info("GPU inventory", "source", cfg.DeviceSource, "gpus", len(devices))
-	if p.store, err = checkpoint.Open(cfg.CheckpointPath()); err != nil {
-		return nil, err
-	}
-	quarantine := driver.NewQuarantine(func(n int) { p.metrics.QuarantinedClaims.Set(float64(n)) })
-	claims := newCheckpointClaims(p.store, deps.KubeClient, quarantine, logger.WithName("claims"))
-	if cfg.NRI {
-		p.nri = newNRISide(cfg, layout, claims, p.metrics)
-	}
-	bootID := deps.BootID
-	if bootID == "" {
-		bootID = readBootID()
-	}
-	if p.driver, err = newDriver(ctx, cfg, layout, driverParts{
-		devices: devices, store: p.store, metrics: p.metrics, paths: p.claimPaths(), quarantine: quarantine,
-		simulated: isSimulated(p.gpus), bootID: bootID,
-	}); err != nil {
-		return nil, err
-	}
-	if err := p.driver.Recover(ctx); err != nil {
-		return nil, fmt.Errorf("recover prepared claims from %s: %w", cfg.CheckpointPath(), err)
-	}
-	if p.nri != nil {
-		if err := p.nri.start(ctx, cfg.DebugSocketPath(), p.health); err != nil {
+	logger.Info("GPU inventory", "source", cfg.DeviceSource, "gpus", len(p.devices))
+	if cfg.HandoverEnabled() {
+		if p.markers, err = handover.NewMarkers(cfg.DecisionMarkersDir()); err != nil {
 			return nil, err
 		}
 	}
-	if p.registry, err = startRegistry(ctx, layout, registryTargets(p.nri, claims, layout), p.metrics); err != nil {
+	if cfg.NRI {
+		p.nri = newNRISide(cfg, p.cfg.Layout(), p.metrics)
+		p.nri.plugin.SetOwnership(nriOwnership{p}, nriDecisions{p})
+	}
+	p.addChecks()
+
+	lock, err := instancelock.TryAcquire(cfg.InstanceLockPath())
+	switch {
+	case err == nil:
+		p.roleMu.Lock()
+		err = p.becomeOwner(lock, cfg.NRIPluginIndex, metrics.EventStarted)
+		p.roleMu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		// A fresh owner: no other instance is registered with NRI, so no mark is waiting for it.
+		if p.markers != nil {
+			_, _ = p.markers.Sweep(0)
+		}
+	case errors.Is(err, instancelock.ErrHeld):
+		p.observer.Add(1)
+		go p.observe()
+	default:
 		return nil, err
 	}
-	p.health.Add("registry-socket", p.registry.Check)
-	if p.helper, err = startKubeletServices(ctx, cfg, p.driver, deps.KubeClient, p.health); err != nil {
+	if cfg.MetricsAddress != "" && cfg.UsageInterval > 0 {
+		p.usage = p.startUsage(pctx, cfg.Layout())
+	}
+	if p.healthAddr, err = p.health.Serve(pctx, cfg.HealthAddress); err != nil {
 		return nil, err
 	}
-	p.driver.Start(ctx, p.helper, p.healthEvents(ctx))
-	if p.healthAddr, err = p.health.Serve(ctx, cfg.HealthAddress); err != nil {
+	if p.metricsAddr, err = component.ServeMetrics(pctx, cfg.MetricsAddress, p.metrics.Registry); err != nil {
 		return nil, err
 	}
-	if p.metricsAddr, err = component.ServeMetrics(ctx, cfg.MetricsAddress, p.metrics.Registry); err != nil {
-		return nil, err
+	if p.Owner() {
+		logger.Info("Kubelet plugin started", "driver", cfg.DriverName, "node", cfg.NodeName, "vgpu", cfg.VGPU, "nri", cfg.NRI)
 	}
-	logger.Info("Kubelet plugin started", "driver", cfg.DriverName, "node", cfg.NodeName, "vgpu", cfg.VGPU, "nri", cfg.NRI)
 	return p, nil
 }
 
@@ -161,7 +234,7 @@ func openGPUs(cfg Config, given gpu.Source) (gpu.Source, bool, error) {
 	if given != nil {
 		return given, false, nil
 	}
-	src, err := gpu.ParseSource(cfg.DeviceSource)
+	src, err := gpu.ParseSource(cfg.DeviceSource, cfg.NodeName)
 	if err != nil {
 		return nil, false, fmt.Errorf("open GPU source %q: %w", cfg.DeviceSource, err)
 	}
@@ -175,15 +248,6 @@ func isSimulated(src gpu.Source) bool {
 	return simulated
 }
 
-// claimPaths decides the path of newly prepared claims: NRI's supervisor when NRI is on
-// (contract §3), else always per-claim.
-func (p *Plugin) claimPaths() driver.PathSelector {
-	if p.nri == nil {
-		return driver.StaticPath(perClaimPath)
-	}
-	return p.nri.supervisor
-}
-
 // healthEvents starts the GPU health watch when DeviceHealthCheck is on; nil otherwise.
 func (p *Plugin) healthEvents(ctx context.Context) <-chan gpu.HealthEvent {
 	if !p.cfg.HealthCheck {
@@ -192,7 +256,7 @@ func (p *Plugin) healthEvents(ctx context.Context) <-chan gpu.HealthEvent {
 	events := make(chan gpu.HealthEvent, 16)
 	src := p.gpus // Stop clears p.gpus
 	go func() {
-		if err := src.WatchHealth(ctx, events); err != nil {
+		if err := src.WatchHealth(ctx, events); err != nil && ctx.Err() == nil {
 			klog.FromContext(ctx).Error(err, "GPU health watch ended")
 		}
 	}()
@@ -203,41 +267,86 @@ func (p *Plugin) healthEvents(ctx context.Context) <-chan gpu.HealthEvent {
 // plugin request timeout is 2 s by default, after which the runtime has given up on them anyway.
 const DefaultNRIDrainTimeout = 2500 * time.Millisecond
 
+// stopHandoverWait bounds how long Stop lets a handover in progress finish.
+const stopHandoverWait = 5 * time.Second
+
 // Stop takes the plugin down and releases the instance lock; safe to call twice, and on a
 // plugin that Start left half-built. The order matters (contract §4, "When the plugin does not
-// answer"): first NRI drains — new vGPU containers fail, the requests in flight are answered,
-// then the connection closes — so that no container is created without its adjustment; then
-// the kubelet's services and the registry stop.
+// answer"): a handover in progress finishes first; then NRI drains — new vGPU containers fail,
+// the requests in flight are answered, then the connection closes — so that no container is
+// created without its adjustment; then the kubelet's services, the registry and the rest of the
+// owner's parts stop.
 func (p *Plugin) Stop() {
+	p.stopping.Store(true)
+	p.waitHandover(stopHandoverWait)
 	if p.nri != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), DefaultNRIDrainTimeout)
 		_ = p.nri.supervisor.Drain(ctx)
 		cancel()
 	}
 	p.cancel(errors.New("plugin stopping"))
+	p.observer.Wait()
+	if !p.Owner() {
+		// An instance that handed the node over forwards what still reaches it; the kubelet
+		// sends it nothing new once the new owner is connected. Its calls in flight finish
+		// before its sockets go (the kubelet would fail them when the socket went).
+		p.waitKubeletCalls()
+	}
+	p.roleMu.Lock()
+	defer p.roleMu.Unlock()
 	if p.helper != nil {
 		p.helper.Stop()
 		p.helper = nil
 	}
-	if p.registry != nil {
-		p.registry.Stop()
-		p.registry = nil
+	p.forwarder.close()
+	if t := p.term.Swap(nil); t != nil {
+		t.stop()
 	}
+	for _, t := range p.retiredOld {
+		t.stopRetired()
+	}
+	p.retiredOld = nil
 	if p.ownsGPUs && p.gpus != nil {
 		_ = p.gpus.Close()
 		p.gpus = nil
-	}
-	if p.lock != nil {
-		_ = p.lock.Release()
-		p.lock = nil
 	}
 }
 
 // Done is closed when the plugin's context ends.
 func (p *Plugin) Done() <-chan struct{} { return p.done }
 
+// fail records that a part of the plugin failed for good and closes Failed. The plugin is not
+// stopped here: the caller stops it (Stop drains NRI first) and exits, and the DaemonSet
+// restarts it.
+func (p *Plugin) fail(err error) {
+	p.failOnce.Do(func() {
+		p.failErr = err
+		close(p.failed)
+	})
+}
+
+// Failed is closed when a part of the plugin has failed for good (the DRA helper's gRPC
+// servers): the caller must Stop the plugin and exit with Err, so that it is restarted.
+func (p *Plugin) Failed() <-chan struct{} { return p.failed }
+
+// Err is why Failed was closed; nil while it is not.
+func (p *Plugin) Err() error {
+	select {
+	case <-p.failed:
+		return p.failErr
+	default:
+		return nil
+	}
+}
+
+// Owner reports whether this instance owns the node now.
+func (p *Plugin) Owner() bool { return p.term.Load() != nil }
+
 // Metrics exposes the metrics (tests).
 func (p *Plugin) Metrics() *metrics.Metrics { return p.metrics }
+
+// Usage is the per-container usage sampler; nil when usage metrics are off.
+func (p *Plugin) Usage() *usage.Sampler { return p.usage }
 
 // HealthAddr is the bound health address, nil when disabled.
 func (p *Plugin) HealthAddr() net.Addr { return p.healthAddr }

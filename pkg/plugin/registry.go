@@ -33,7 +33,7 @@ func registryTargets(n *nriSide, claims checkpointClaims, layout claimdir.Layout
 }
 
 // startRegistry serves the registry socket (contract §5).
-func startRegistry(ctx context.Context, layout claimdir.Layout, t targets, m *metrics.Metrics) (*registry.Server, error) {
+func startRegistry(ctx context.Context, layout claimdir.Layout, t targets, m *metrics.RegistryMetrics) (*registry.Server, error) {
 	cgroups, err := registry.DetectCgroupHierarchy("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("find the cgroup hierarchy for registry peer checks: %w", err)
@@ -47,7 +47,7 @@ func startRegistry(ctx context.Context, layout claimdir.Layout, t targets, m *me
 		Claims:       t.claims,
 		Reservations: t.reservations,
 		Cgroups:      &cgroups,
-		Metrics:      metrics.NewRegistryMetrics(m.Registry),
+		Metrics:      m,
 	})
 }
 

@@ -100,6 +100,9 @@ func TestStartFailureAtEachStepLeavesNothingStarted(t *testing.T) {
 		{"NRI debug endpoint", func(_ *testing.T, c *Config) { c.DebugSocket = filepath.Join(c.StateDir, "missing", "debug.sock") }, "debug"},
 		{"registry", func(t *testing.T, c *Config) { mustWriteFile(t, c.Layout().RegistryDir(), "not a directory") }, "registry"},
 		{"kubelet services", func(t *testing.T, c *Config) { mustWriteFile(t, c.RegistrarDir(), "not a directory") }, "kubelet plugin directory"},
+		{"simulated-GPU control socket", func(t *testing.T, c *Config) {
+			mustWriteFile(t, filepath.Join(c.SimulatedControlSocketPath(), "in-the-way"), "")
+		}, "simulated-GPU control socket"},
 		{"health endpoint", func(t *testing.T, c *Config) { c.HealthAddress = busyPort(t) }, "health"},
 		{"metrics endpoint", func(t *testing.T, c *Config) { c.MetricsAddress = busyPort(t) }, "metrics"},
 	}

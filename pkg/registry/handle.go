@@ -94,13 +94,11 @@ func (s *Server) registerForClaim(who caller, req Request) Response {
 		return Response{Status: StatusDenied, Message: who.err.Error()}
 	}
 	pod, container, ok := PodOfCgroup(who.cgroup)
-	switch {
-	case !ok:
+	if !ok {
 		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in a pod's container cgroup", who.peer.pid)}
-	case !slices.Contains(claim.ReservedFor, pod):
-		if resp, ok := s.checkReservation(claim.UID, pod); !ok {
-			return resp
-		}
+	}
+	if resp, held := s.checkHolder(claim, pod); !held {
+		return resp
 	}
 	s.claimRegs.add(claim.UID, req.RegisterUUID, container)
 	err := s.writes.do(claim.ConfigDir, func() error {
@@ -110,6 +108,32 @@ func (s *Server) registerForClaim(who caller, req Request) Response {
 		return s.writeFailed(err, "claim", claim.UID)
 	}
 	return Response{Status: StatusOK}
+}
+
+// checkHolder decides whether the caller's pod may register for the claim: through the
+// claim's own VerifyHolder where it has one (the device plugin's shares, bounded by
+// HolderTimeout), else its recorded reservedFor and, on a miss, the API server's.
+func (s *Server) checkHolder(claim Claim, pod string) (Response, bool) {
+	if claim.VerifyHolder == nil {
+		if slices.Contains(claim.ReservedFor, pod) {
+			return Response{}, true
+		}
+		return s.checkReservation(claim.UID, pod)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.HolderTimeout)
+	defer cancel()
+	err := claim.VerifyHolder(ctx, pod)
+	switch {
+	case err == nil:
+		return Response{}, true
+	case errors.Is(err, ErrNotHolder):
+		return Response{Status: StatusDenied, Message: err.Error()}, false
+	case s.cutShort(err):
+		return s.restarting(), false
+	default:
+		s.logger.Error(err, "Cannot tell whether the caller's pod holds the claim", "claim", claim.UID, "pod", pod)
+		return s.retry(s.cfg.RetryAfterHolderUnknown, "cannot tell now whether the caller's pod holds the claim: "+err.Error()), false
+	}
 }
 
 // checkReservation asks the API server whether the claim is reserved for pod, which its

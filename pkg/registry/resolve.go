@@ -1,6 +1,9 @@
 package registry
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Container is the target of an NRI-path registration: the newest instance of one
 // (pod UID, container name), as the NRI plugin's cache knows it.
@@ -41,7 +44,19 @@ type Claim struct {
 	ReservedFor []string
 	// ConfigDir is the claim's one config directory (claimdir.Layout.PerClaimDirs(...).Config).
 	ConfigDir string
+	// VerifyHolder, when set, decides in place of ReservedFor whether the caller's pod holds
+	// the claim. The device plugin sets it: a share's holder is known only to the kubelet, at
+	// the moment of the registration (contract §13).
+	VerifyHolder HolderCheck
 }
+
+// HolderCheck reports nil when the pod with the given UID holds the claim now. An error that
+// wraps ErrNotHolder is a definite "no" (DENIED); any other error means it could not tell
+// (the kubelet or the API server did not answer), which is answered RETRY.
+type HolderCheck func(ctx context.Context, podUID string) error
+
+// ErrNotHolder is wrapped by a HolderCheck's definite "this pod does not hold the claim".
+var ErrNotHolder = errors.New("the pod does not hold this claim")
 
 // ClaimResolver answers "which claim is this?" for the per-claim path. The kubelet plugin
 // adapts its checkpoint to it (pkg/plugin).

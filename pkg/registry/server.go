@@ -38,6 +38,10 @@ const (
 	DefaultWatchInterval         = time.Second
 	DefaultRefreshTimeout        = 500 * time.Millisecond
 	DefaultRefreshInterval       = time.Second
+	// DefaultHolderTimeout bounds one Claim.VerifyHolder call, DefaultRetryAfterHolderUnknown
+	// is the retry_after_ms answered when it could not tell (contract §5).
+	DefaultHolderTimeout           = 2 * time.Second
+	DefaultRetryAfterHolderUnknown = 200 * time.Millisecond
 	// maxBusyAnswers bounds the goroutines that answer BUSY to connections over
 	// MaxOpenConns; past it the accept loop answers them itself.
 	maxBusyAnswers = 256
@@ -73,6 +77,10 @@ type Config struct {
 	RetryAfterBusy       time.Duration
 	RetryAfterLocked     time.Duration
 	RetryAfterStopping   time.Duration
+	// HolderTimeout bounds a claim's VerifyHolder; RetryAfterHolderUnknown is answered with
+	// RETRY when it fails to tell.
+	HolderTimeout           time.Duration
+	RetryAfterHolderUnknown time.Duration
 	// WatchInterval is how often the server checks that its socket is still in place.
 	WatchInterval time.Duration
 	// RefreshTimeout bounds the API read of a claim on a per-claim reservedFor miss (as the
@@ -109,6 +117,8 @@ func (c *Config) setDefaults() {
 	defD(&c.WatchInterval, DefaultWatchInterval)
 	defD(&c.RefreshTimeout, DefaultRefreshTimeout)
 	defD(&c.RefreshInterval, DefaultRefreshInterval)
+	defD(&c.HolderTimeout, DefaultHolderTimeout)
+	defD(&c.RetryAfterHolderUnknown, DefaultRetryAfterHolderUnknown)
 }
 
 // Deps are what the server asks and writes through.
@@ -199,6 +209,13 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	return s, nil
 }
 
+// OpenConnections is the number of connections the server has accepted and not yet closed.
+func (s *Server) OpenConnections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
 // Socket is the path the server serves.
 func (s *Server) Socket() string { return s.cfg.Socket }
 
@@ -221,6 +238,25 @@ func (s *Server) Stop() {
 		s.logger.Info("Registry stopped before every connection was answered; closed the rest", "connections", s.closeAll())
 	}
 	s.identities.close()
+}
+
+// Yield gives the socket path up to a successor that has moved its own socket there (a
+// handover, contract §14): no new connection reaches this server from now on, and what the
+// kernel had queued on its socket is accepted and answered as usual, so no registration in
+// flight is dropped. The path is never touched again, also not by Stop. Safe to call twice.
+func (s *Server) Yield() {
+	s.mu.Lock()
+	if s.stopped || s.takenOver {
+		s.mu.Unlock()
+		return
+	}
+	s.takenOver = true
+	l := s.current
+	s.mu.Unlock()
+	s.logger.Info("Registry socket handed over to the next plugin instance; answering what was queued", "socket", s.cfg.Socket)
+	if l != nil {
+		s.retire(l)
+	}
 }
 
 // shutdown runs once, when the server's context ends or Stop is called.

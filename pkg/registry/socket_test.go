@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -169,4 +170,49 @@ func gatherRegistry(t testing.TB, reg basemetrics.KubeRegistry) (map[string]floa
 		}
 	}
 	return counts, samples
+}
+
+// TestYieldAnswersWhatItAcceptedAndLeavesThePath: the handover of the socket (contract §14).
+// A registration that had reached the outgoing server is answered by it, with its own answer;
+// from the yield on the outgoing server takes no new connection (a connect to its socket is
+// refused, which the client retries) and never touches the path again; new connections reach
+// the successor, whose socket the outgoing server's Stop leaves alone.
+func TestYieldAnswersWhatItAcceptedAndLeavesThePath(t *testing.T) {
+	h := rt.Hierarchies(t)[0]
+	sock := filepath.Join(shortDir(t), "registry", "registry.sock")
+	oldCs := newContainers()
+	oldCs.set(podB, "x", registry.Container{}, true) // the outgoing owner answers NOT_FOUND
+	newCs := newContainers()
+	newCs.set(podB, "y", registry.Container{}, false) // the successor answers RETRY (unsynced)
+	// A watch that never runs during the test: the yield alone must retire the listener.
+	old := startServer(t, registry.Config{Socket: sock, WatchInterval: time.Hour}, registry.Deps{Containers: oldCs, Cgroups: &h})
+	req := wellFormed(t, registry.Request{PodUID: podA, ContainerName: "app"})
+	inFlight, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inFlight.Write(req[:5]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the outgoing server to accept the connection", func() bool { return old.OpenConnections() == 1 })
+	old.Yield()
+	resp, err := readAnswer(inFlight, req[5:])
+	if err != nil || resp.Status != registry.StatusNotFound {
+		t.Fatalf("the registration in flight at the handover: %+v, %v; want the outgoing server's NOT_FOUND", resp, err)
+	}
+	if c, err := net.Dial("unix", sock); err == nil {
+		_ = c.Close()
+		t.Fatal("the yielded server still takes connections")
+	}
+	succ := startServer(t, registry.Config{Socket: sock}, registry.Deps{Containers: newCs, Cgroups: &h})
+	if r := registerOnce(t, sock, registry.Request{PodUID: podA, ContainerName: "app"}); r.Status != registry.StatusRetry {
+		t.Fatalf("a registration after the handover: %+v, want the successor's RETRY", r)
+	}
+	if err := old.Check(context.Background()); err == nil {
+		t.Error("the outgoing server's health check still claims the socket")
+	}
+	old.Stop()
+	if err := succ.Check(context.Background()); err != nil {
+		t.Fatalf("the successor's socket after the outgoing server stopped: %v", err)
+	}
 }

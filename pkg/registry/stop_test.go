@@ -21,7 +21,9 @@ func TestStopAnswersRetry(t *testing.T) {
 	h := rt.Hierarchies(t)[0]
 	cs := newContainers()
 	cs.set(podB, "x", registry.Container{}, true)
-	s := startServer(t, registry.Config{}, registry.Deps{Containers: cs, Cgroups: &h})
+	// What is checked is that every connection accepted around Stop is answered, not how fast:
+	// a grace long enough that a loaded machine (-race, other suites) does not cut it short.
+	s := startServer(t, registry.Config{StopGrace: 10 * time.Second}, registry.Deps{Containers: cs, Cgroups: &h})
 	good := wellFormed(t, registry.Request{PodUID: podA, ContainerName: "app"})
 
 	half, err := net.Dial("unix", s.Socket())
@@ -79,8 +81,9 @@ func TestStopAnswersRetry(t *testing.T) {
 			t.Errorf("a connection accepted around Stop got no answer: %v", o.err)
 			break
 		}
-		if st := o.resp.Status; st != registry.StatusNotFound && (st != registry.StatusRetry || !o.resp.HasRetryAfter) {
-			t.Errorf("a connection accepted around Stop: %+v; want NOT_FOUND before, RETRY with retry_after_ms after", o.resp)
+		// 64 clients of one container may pass its own bounds: BUSY with a hint is an answer too.
+		if st := o.resp.Status; st != registry.StatusNotFound && ((st != registry.StatusRetry && st != registry.StatusBusy) || !o.resp.HasRetryAfter) {
+			t.Errorf("a connection accepted around Stop: %+v; want NOT_FOUND before, RETRY with retry_after_ms after (or BUSY)", o.resp)
 			break
 		}
 	}

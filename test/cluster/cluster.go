@@ -18,7 +18,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -28,6 +31,10 @@ const (
 	PluginNS      = "vgpu-dra"
 	Release       = "vgpu-dra"
 	PluginDS      = Release + "-kubelet-plugin"
+	WebhookName   = Release + "-webhook"
+	// Label selectors of the plugin's and the webhook's pods, which share the namespace.
+	PluginSelector  = "app.kubernetes.io/component=kubelet-plugin"
+	WebhookSelector = "app.kubernetes.io/component=webhook"
 	WorkloadImage = "docker.io/vgpu-dra/test-workload:dev"
 	// StateDir is the chart's default state dir (--state-dir) on the host.
 	StateDir = "/var/lib/vgpu-dra"
@@ -47,6 +54,9 @@ type Cluster struct {
 	BinDir string
 	// Kube is a cluster-admin client (50 QPS, requests bounded by APITimeout).
 	Kube kubernetes.Interface
+	// RestConfig is the admin kubeconfig's, without client-side rate limits or a timeout
+	// (benchmarks).
+	RestConfig *rest.Config
 }
 
 // Connect builds the client from $KUBECONFIG (the suites' make targets set it) and finds the
@@ -64,13 +74,14 @@ func Connect() (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", kc, err)
 	}
+	restConfig := rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 50, 100
 	cfg.Timeout = APITimeout
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("build the client from %s: %w", kc, err)
 	}
-	return &Cluster{RepoRoot: root, BinDir: filepath.Join(root, "_output", "cluster", "bin"), Kube: kube}, nil
+	return &Cluster{RepoRoot: root, BinDir: filepath.Join(root, "_output", "cluster", "bin"), Kube: kube, RestConfig: restConfig}, nil
 }
 
 // repoRoot is the nearest directory above the working directory that holds go.mod.
@@ -132,8 +143,15 @@ func (c *Cluster) Script(script string, args ...string) (string, error) {
 }
 
 // InstallChart installs (or upgrades) the chart with one simulated H200 and waits for the
-// plugin pod.
+// plugin and the webhook.
 func (c *Cluster) InstallChart(t testing.TB, extra ...string) {
+	t.Helper()
+	c.InstallChartFor(t, "kubelet-plugin", extra...)
+}
+
+// InstallChartFor is InstallChart for the plugin DaemonSet <release>-<daemonset> that the
+// values install ("kubelet-plugin" or "device-plugin").
+func (c *Cluster) InstallChartFor(t testing.TB, daemonset string, extra ...string) {
 	t.Helper()
 	args := append([]string{"upgrade", "--install", Release, filepath.Join(c.RepoRoot, "deployments/helm/vgpu-dra"),
 		"--namespace", PluginNS, "--create-namespace", "--wait", "--timeout", "3m",
@@ -144,7 +162,48 @@ func (c *Cluster) InstallChart(t testing.TB, extra ...string) {
 	// node and maxUnavailable 1 that is none. Wait for the plugin pod itself; its startup probe
 	// passes only once the kubelet has registered the driver, so a claim prepared after this
 	// does not fail with "driver not registered" (and then sit in the kubelet's backoff).
-	c.MustRun(t, "kubectl", "-n", PluginNS, "rollout", "status", "daemonset/"+PluginDS, "--timeout=2m")
+	c.MustRun(t, "kubectl", "-n", PluginNS, "rollout", "status", "daemonset/"+Release+"-"+daemonset, "--timeout=2m")
+	c.WaitWebhookSettled(t)
+}
+
+// WaitWebhookSettled waits until every webhook pod is of the Deployment's current template and
+// Ready, and none of an older one is left. helm --wait and `rollout status` return while old
+// pods still drain (they keep answering for --shutdown-delay), and an upgrade that changes what
+// the webhook does (NRISupport) must not have its first pods reviewed by the old flags.
+func (c *Cluster) WaitWebhookSettled(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	Eventually(t, 3*time.Minute, "the webhook's pods to be the current ones, all Ready", func() (bool, error) {
+		d, err := c.Kube.AppsV1().Deployments(PluginNS).Get(ctx, WebhookName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pods, err := c.Kube.CoreV1().Pods(PluginNS).List(ctx, metav1.ListOptions{LabelSelector: WebhookSelector})
+		if err != nil {
+			return false, err
+		}
+		if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != *d.Spec.Replicas || len(pods.Items) != int(*d.Spec.Replicas) {
+			return false, fmt.Errorf("deployment %+v, %d pods", d.Status, len(pods.Items))
+		}
+		hashes := map[string]bool{}
+		for _, p := range pods.Items {
+			hashes[p.Labels["pod-template-hash"]] = true
+			if p.DeletionTimestamp != nil || !PodReady(&p) {
+				return false, fmt.Errorf("pod %s terminating or not Ready", p.Name)
+			}
+		}
+		return len(hashes) == 1, fmt.Errorf("pods of %d templates", len(hashes))
+	})
+}
+
+// PodReady says whether the pod's Ready condition is true.
+func PodReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // Eventually polls cond every PollInterval until it returns true, and fails the test with the

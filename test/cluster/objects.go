@@ -7,12 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// RequiredPluginsAnnotation is the pod annotation that makes containerd's default NRI validator
-// refuse to create the named container while our NRI plugin is not registered (contract §1).
-func RequiredPluginsAnnotation(container string) (key, value string) {
-	return "required-plugins.noderesource.dev/container." + container, `["` + DriverName + `"]`
-}
-
 // ClaimFor is a ResourceClaim in namespace ns for a share of one vGPU (one request, "gpu").
 func ClaimFor(ns, name, memory string, cores int64) *resourceapi.ResourceClaim {
 	return &resourceapi.ResourceClaim{
@@ -34,15 +28,15 @@ func ShareRequest(name, memory string, cores int64) resourceapi.DeviceRequest {
 }
 
 // VGPUPod runs the test workload in namespace ns with the claim (none when claim is empty) in
-// its one container "app"; it carries the required-plugins annotation (contract §1) that the
-// webhook will add later. The default command sleeps until SIGTERM.
+// its one container "app". It carries no annotation: the chart's webhook adds the
+// required-plugins annotation (contract §1, §12), as it does for users' pods. The default
+// command sleeps until SIGTERM.
 func VGPUPod(ns, name, claim string, command ...string) *corev1.Pod {
 	if len(command) == 0 {
 		command = []string{"sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"}
 	}
-	key, value := RequiredPluginsAnnotation("app")
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{key: value}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: Ptr[int64](1),
 			RestartPolicy:                 corev1.RestartPolicyNever,

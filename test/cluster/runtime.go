@@ -38,6 +38,8 @@ type Container struct {
 	Name      string // io.kubernetes.container.name
 	Env       map[string]string
 	Mounts    map[string]string // destination → source
+	// Repeated are the mount destinations the spec lists more than once.
+	Repeated []string
 }
 
 // Runtime reads containerd's view through its own client (ctr) in the CRI namespace. A
@@ -138,6 +140,9 @@ func (r *Runtime) container(ctx context.Context, id string) (Container, bool, er
 		c.Env[k] = v
 	}
 	for _, m := range raw.Spec.Mounts {
+		if _, seen := c.Mounts[m.Destination]; seen {
+			c.Repeated = append(c.Repeated, m.Destination)
+		}
 		c.Mounts[m.Destination] = m.Source
 	}
 	r.mu.Lock()
@@ -157,8 +162,9 @@ var perContainerMounts = map[string]string{
 // VGPUProblems returns, for every container in list that carries our claim UID (CDI gave it a
 // vGPU claim on the NRI path), what breaks the invariant of contract §4: one of its three
 // per-container mounts missing, or from another directory than its own
-// (<stateDir>/claims/<claim UID>/<pod UID>_<name>/...), its identity env missing or not its
-// own, or a directory that another running container has too. Empty when all is well.
+// (<stateDir>/claims/<claim UID>/<pod UID>_<name>/...) or listed twice (a container adjusted
+// by two plugin instances, contract §14), its identity env missing or not its own, or a
+// directory that another running container has too. Empty when all is well.
 func VGPUProblems(list []Container, stateDir string) []string {
 	var bad []string
 	owner := map[string]Container{} // config dir → the container that has it
@@ -176,6 +182,11 @@ func VGPUProblems(list []Container, stateDir string) []string {
 				problems = append(problems, "no mount at "+dest)
 			case src != filepath.Join(own, perContainerMounts[dest]):
 				problems = append(problems, fmt.Sprintf("%s from %s, not its own %s", dest, src, own))
+			}
+		}
+		for _, dest := range c.Repeated {
+			if _, ours := perContainerMounts[dest]; ours {
+				problems = append(problems, dest+" mounted twice")
 			}
 		}
 		if c.Env["VGPU_POD_UID"] != c.PodUID || c.PodUID == "" {

@@ -32,6 +32,8 @@ func TestVGPUProblems(t *testing.T) {
 	wrongName := vgpu("b", podB, "app", dirOf(podB, "app"))
 	wrongName.Env["VGPU_CONTAINER_NAME"] = "other"
 	others := vgpu("b", podB, "app", dirOf(podA, "app")) // pod B running with pod A's directories
+	twice := vgpu("b", podB, "app", dirOf(podB, "app")) // adjusted by two plugin instances
+	twice.Repeated = []string{"/tmp/.vgpu_lock"}
 
 	stray := Container{ID: "stray00000000000", Env: map[string]string{"MANAGER_VGPU_CLAIM_UID": claim}, Mounts: map[string]string{}}
 	for _, tc := range []struct {
@@ -53,6 +55,7 @@ func TestVGPUProblems(t *testing.T) {
 		{"mount missing", []Container{good, noMount}, []string{"no mount at /tmp/.vmem_node"}},
 		{"identity missing", []Container{noIdentity}, []string{`VGPU_POD_UID=""`}},
 		{"identity of another name", []Container{wrongName}, []string{`VGPU_CONTAINER_NAME="other"`}},
+		{"a mount listed twice", []Container{good, twice}, []string{"/tmp/.vgpu_lock mounted twice"}},
 		{"another container's directories", []Container{good, others}, []string{"not its own", "shares " + dirOf(podA, "app") + "/config with ns/p-a/app"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,21 +22,33 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/vgpu-dra/vgpu-dra/test/cluster"
 )
 
 const (
-	driverName     = cluster.DriverName
-	pluginNS       = cluster.PluginNS
-	release        = cluster.Release
-	testNS         = "vgpu-e2e"
-	defaultTimeout = 2 * time.Minute
+	driverName  = cluster.DriverName
+	pluginNS    = cluster.PluginNS
+	release     = cluster.Release
+	webhookName = cluster.WebhookName
+	// Label selectors of the plugin's and the webhook's pods, which share the namespace.
+	pluginSelector  = cluster.PluginSelector
+	webhookSelector = cluster.WebhookSelector
+	// requiredPlugins is the annotation the webhook gives a container named app (contract §1).
+	requiredPlugins = "required-plugins.noderesource.dev/container.app"
+	testNS          = "vgpu-e2e"
+	workloadImage   = cluster.WorkloadImage
+	defaultTimeout  = 2 * time.Minute
 )
 
 var (
-	c    *cluster.Cluster
-	kube kubernetes.Interface
+	c        *cluster.Cluster
+	kube     kubernetes.Interface
+	repoRoot string
+	binDir   string // _output/cluster/bin: kubectl, helm
+	// restConfig is the admin kubeconfig's, without client-side rate limits (benchmarks).
+	restConfig *rest.Config
 )
 
 func TestMain(m *testing.M) {
@@ -45,34 +57,50 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)
 	}
-	kube = c.Kube
+	kube, repoRoot, binDir, restConfig = c.Kube, c.RepoRoot, c.BinDir, c.RestConfig
 	os.Exit(m.Run())
 }
 
 // run executes one of the cluster's tools and returns its combined output.
-func run(t *testing.T, tool string, args ...string) (string, error) {
+func run(t testing.TB, tool string, args ...string) (string, error) {
 	t.Helper()
 	return c.Run(tool, args...)
 }
 
-func mustRun(t *testing.T, tool string, args ...string) string {
+func mustRun(t testing.TB, tool string, args ...string) string {
 	t.Helper()
 	return c.MustRun(t, tool, args...)
 }
 
-// installChart installs (or upgrades) the chart with simulated GPUs and waits for the plugin.
-func installChart(t *testing.T, extra ...string) {
+// installChart installs (or upgrades) the chart with simulated GPUs and waits for the plugin
+// and the webhook.
+func installChart(t testing.TB, extra ...string) {
 	t.Helper()
 	c.InstallChart(t, extra...)
 }
 
+// installChartFor is installChart for the plugin DaemonSet <release>-<daemonset> that the
+// values install ("kubelet-plugin" or "device-plugin").
+func installChartFor(t testing.TB, daemonset string, extra ...string) {
+	t.Helper()
+	c.InstallChartFor(t, daemonset, extra...)
+}
+
+// waitWebhookSettled waits until the webhook's pods are all current and Ready.
+func waitWebhookSettled(t testing.TB) {
+	t.Helper()
+	c.WaitWebhookSettled(t)
+}
+
+func podReady(p *corev1.Pod) bool { return cluster.PodReady(p) }
+
 // eventually polls cond until it returns true or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
 	cluster.Eventually(t, timeout, what, cond)
 }
 
-func ensureNamespace(t *testing.T) {
+func ensureNamespace(t testing.TB) {
 	t.Helper()
 	_, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -85,15 +113,15 @@ func claimFor(name, memory string, cores int64) *resourceapi.ResourceClaim {
 	return cluster.ClaimFor(testNS, name, memory, cores)
 }
 
-// vgpuPod runs the test workload with the claim; it carries the required-plugins annotation
-// (contract §1) that the webhook will add later.
+// vgpuPod runs the test workload with the claim. It carries no annotation: the webhook adds
+// the required-plugins annotation (contract §1, §12).
 func vgpuPod(name, claim string, command ...string) *corev1.Pod {
 	return cluster.VGPUPod(testNS, name, claim, command...)
 }
 
 func ptrTo[T any](v T) *T { return &v }
 
-func createClaim(t *testing.T, cl *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+func createClaim(t testing.TB, cl *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 	t.Helper()
 	out, err := kube.ResourceV1().ResourceClaims(testNS).Create(context.Background(), cl, metav1.CreateOptions{})
 	if err != nil {
@@ -117,10 +145,16 @@ func waitRunning(t *testing.T, name string) *corev1.Pod {
 // waitRunningWithin is waitRunning with its own limit.
 func waitRunningWithin(t *testing.T, name string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
+	return waitRunningIn(t, testNS, name, timeout)
+}
+
+// waitRunningIn waits for a pod of any namespace to be Running, and fails if it fails.
+func waitRunningIn(t *testing.T, ns, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
 	var pod *corev1.Pod
-	eventually(t, timeout, "pod "+name+" Running", func() (bool, error) {
+	eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() (bool, error) {
 		var err error
-		pod, err = kube.CoreV1().Pods(testNS).Get(context.Background(), name, metav1.GetOptions{})
+		pod, err = kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}

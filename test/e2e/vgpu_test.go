@@ -133,8 +133,7 @@ func TestVGPU(t *testing.T) {
 	t.Run("4-forged-claim-uid-gets-no-vgpu-mounts", func(t *testing.T) {
 		forged := vgpuPod("forged", "")
 		forged.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "MANAGER_VGPU_CLAIM_UID", Value: string(claimA.UID)}}
-		delete(forged.Annotations, "required-plugins.noderesource.dev/container.app")
-		createPod(t, forged)
+		createPod(t, forged) // no claim: the webhook never sees it (a vGPU container with this env it refuses)
 		waitRunning(t, "forged")
 		mounts := mountsOf(t, "forged")
 		for _, m := range []string{"/etc/vgpu-dra/config", "/tmp/.vgpu_lock", "/tmp/.vmem_node"} {
@@ -175,7 +174,7 @@ func TestVGPU(t *testing.T) {
 
 	t.Run("6-plugin-pod-replaced", func(t *testing.T) {
 		before := pidLines(execIn(t, "share-a", "vgpu-registry-client"))
-		pods, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{})
+		pods, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{LabelSelector: pluginSelector})
 		if err != nil || len(pods.Items) != 1 {
 			t.Fatalf("plugin pods: %v %v", pods, err)
 		}
@@ -200,10 +199,11 @@ func TestVGPU(t *testing.T) {
 		installChart(t, "--set", "featureGates.NRISupport=false")
 		defer installChart(t)
 		createClaim(t, claimFor("per-claim", "2Gi", 10))
-		p := vgpuPod("per-claim", "per-claim")
-		delete(p.Annotations, "required-plugins.noderesource.dev/container.app") // no NRI plugin to require
-		createPod(t, p)
-		waitRunning(t, "per-claim")
+		createPod(t, vgpuPod("per-claim", "per-claim"))
+		// The webhook runs with the same gates: no NRI plugin to require, no annotation.
+		if pod := waitRunning(t, "per-claim"); pod.Annotations[requiredPlugins] != "" {
+			t.Errorf("per-claim pod annotated %q with NRISupport off", pod.Annotations[requiredPlugins])
+		}
 		env := envOf(t, "per-claim")
 		if env["MANAGER_VGPU_CLAIM_UID"] != "" || len(env["MANAGER_CLIENT_REGISTER_UUID"]) != 36 || env["CUDA_MEM_LIMIT_0"] != "2048m" {
 			t.Errorf("per-claim env: claim uid %q, register uuid %q, mem %q", env["MANAGER_VGPU_CLAIM_UID"], env["MANAGER_CLIENT_REGISTER_UUID"], env["CUDA_MEM_LIMIT_0"])
@@ -283,15 +283,21 @@ func TestVGPU(t *testing.T) {
 		// unregistered it would refuse to prepare at all (a FailedPrepareDynamicResources
 		// event, nothing created). The case that needs the runtime's protection is a claim
 		// prepared while the plugin ran and a container created after it stopped: an init
-		// container (no claim, no required-plugins annotation) holds the pod there until the
-		// plugin is gone.
+		// container (no claim, so no required-plugins annotation) holds the pod there until the
+		// plugin is gone. Nobody writes the annotation by hand: the webhook adds it to app only.
 		claim := createClaim(t, claimFor("no-plugin", "1Gi", 5))
 		p := vgpuPod("no-plugin", "no-plugin")
 		p.Spec.InitContainers = []corev1.Container{{
 			Name: "wait", Image: cluster.WorkloadImage, ImagePullPolicy: corev1.PullNever,
 			Command: []string{"sh", "-c", "until [ -e /tmp/go ]; do sleep 0.2; done"},
 		}}
-		createPod(t, p)
+		created, err := kube.CoreV1().Pods(testNS).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := created.Annotations; got[requiredPlugins] != `["`+driverName+`"]` || len(got) != 1 {
+			t.Fatalf("annotations of the admitted pod: %v, want only %s from the webhook", got, requiredPlugins)
+		}
 		spec := "/var/run/cdi/" + driverName + "-claim_" + string(claim.UID) + ".json"
 		eventually(t, defaultTimeout, "the claim prepared and the init container running", func() (bool, error) {
 			pod, err := kube.CoreV1().Pods(testNS).Get(ctx, "no-plugin", metav1.GetOptions{})
@@ -326,7 +332,7 @@ func TestVGPU(t *testing.T) {
 		}
 		defer restore()
 		eventually(t, defaultTimeout, "the plugin pod gone", func() (bool, error) {
-			list, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{})
+			list, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{LabelSelector: pluginSelector})
 			return err == nil && len(list.Items) == 0, err
 		})
 
@@ -370,8 +376,9 @@ func TestVGPU(t *testing.T) {
 
 	t.Run("7-uninstall-leaves-nothing", func(t *testing.T) {
 		deletePod(t, "share-a")
-		for _, c := range []string{"share-a", "share-b", "too-big", "after-restart", "per-claim", "cuda", "no-plugin"} {
-			_ = kube.ResourceV1().ResourceClaims(testNS).Delete(ctx, c, metav1.DeleteOptions{})
+		// Every claim the scenarios made, also those added after this list was first written.
+		if err := kube.ResourceV1().ResourceClaims(testNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			t.Errorf("delete claims: %v", err)
 		}
 		eventually(t, defaultTimeout, "claims gone", func() (bool, error) {
 			list, err := kube.ResourceV1().ResourceClaims(testNS).List(ctx, metav1.ListOptions{})
@@ -385,7 +392,7 @@ func TestVGPU(t *testing.T) {
 			return len(specs) == 0 && len(dirs) == 0, fmt.Errorf("specs %v, claim dirs %v", specs, dirs)
 		})
 		mustRun(t, "helm", "uninstall", release, "--namespace", pluginNS, "--wait", "--timeout", "2m")
-		eventually(t, defaultTimeout, "the plugin pod gone", func() (bool, error) {
+		eventually(t, defaultTimeout, "the plugin's and the webhook's pods gone", func() (bool, error) {
 			list, err := kube.CoreV1().Pods(pluginNS).List(ctx, metav1.ListOptions{})
 			return err == nil && len(list.Items) == 0, err
 		})

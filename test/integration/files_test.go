@@ -45,7 +45,7 @@ func (n *node) readSpec(claimUID string) cdiSpec {
 }
 
 // env returns the env of one CDI device of the spec as a map; a missing device fails the test.
-func (s cdiSpec) env(t *testing.T, device string) map[string]string {
+func (s cdiSpec) env(t testing.TB, device string) map[string]string {
 	t.Helper()
 	for _, d := range s.Devices {
 		if d.Name == device {
@@ -94,8 +94,8 @@ func (n *node) readCheckpoint() checkpoint.Data {
 	if err := json.Unmarshal(b, &env); err != nil {
 		n.t.Fatalf("parse checkpoint: %v", err)
 	}
-	if env.Version != "v1" {
-		n.t.Fatalf("checkpoint version %q, want v1", env.Version)
+	if env.Version != checkpoint.VersionV1 && env.Version != checkpoint.VersionV2 {
+		n.t.Fatalf("checkpoint version %q, want v1 or v2", env.Version)
 	}
 	return env.Data
 }

@@ -3,10 +3,12 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,8 +19,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
@@ -46,6 +50,21 @@ type node struct {
 	// nri is the NRI runtime the plugin connects to (in this process), nil when NRI is off
 	// or a test points NRISocket elsewhere.
 	nri *nriRuntime
+	// draListen, when set, creates the DRA socket's listener (plugin.Deps.DRAListen).
+	draListen func(ctx context.Context, path string) (net.Listener, error)
+	// claimGet, when set, runs before the fake API server answers a get of a ResourceClaim
+	// (onClaimGet). The reactor is installed before the plugin starts: client-go's fake
+	// clientset does not guard its reaction chain against a reactor added while in use.
+	claimGet atomic.Pointer[func()]
+}
+
+// onClaimGet makes every later get of a ResourceClaim call hook first (nil: none).
+func (n *node) onClaimGet(hook func()) {
+	if hook == nil {
+		n.claimGet.Store(nil)
+		return
+	}
+	n.claimGet.Store(&hook)
 }
 
 // newNode lays out a node under a short temp dir (unix socket paths must stay under 100 bytes).
@@ -56,7 +75,7 @@ func newNode(t testing.TB, mutate ...func(*plugin.Config)) *node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	gpus, err := gpu.NewSimulated("dgx-h200", 2)
+	gpus, err := gpu.NewSimulated("dgx-h200", 2, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +92,12 @@ func newNode(t testing.TB, mutate ...func(*plugin.Config)) *node {
 	}
 	// Claims' tmpfs mounts a test (or a crash of it) leaves are detached before the temp dir
 	// goes; registered first, so it runs after the plugin has stopped.
+	n.kube.PrependReactor("get", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if hook := n.claimGet.Load(); hook != nil {
+			(*hook)()
+		}
+		return false, nil, nil
+	})
 	t.Cleanup(func() {
 		for _, m := range mountsUnder(t, root) {
 			_ = unix.Unmount(m, unix.MNT_DETACH)
@@ -119,7 +144,7 @@ func (n *node) start() {
 }
 
 func (n *node) tryStart() error {
-	p, err := plugin.Start(context.Background(), n.cfg, plugin.Deps{KubeClient: n.kube, GPUs: n.gpus, BootID: n.bootID})
+	p, err := plugin.Start(context.Background(), n.cfg, plugin.Deps{KubeClient: n.kube, GPUs: n.gpus, BootID: n.bootID, DRAListen: n.draListen})
 	if err != nil {
 		return err
 	}
@@ -150,9 +175,19 @@ type kubelet struct {
 // NotifyRegistrationStatus, then dial the endpoint GetInfo named.
 func (n *node) register() *kubelet {
 	n.t.Helper()
+	return n.registerSocket(filepath.Join(n.cfg.KubeletDir, "plugins_registry", driverName+"-reg.sock"))
+}
+
+// registerPod registers the instance of pod podUID (its rolling-update registration socket).
+func (n *node) registerPod(podUID string) *kubelet {
+	n.t.Helper()
+	return n.registerSocket(n.registrationSocket(podUID))
+}
+
+func (n *node) registerSocket(regSock string) *kubelet {
+	n.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	regSock := filepath.Join(n.cfg.KubeletDir, "plugins_registry", driverName+"-reg.sock")
 	reg := dial(n.t, regSock)
 	defer reg.Close()
 	rc := registerapi.NewRegistrationClient(reg)
@@ -242,6 +277,7 @@ type allocated struct {
 	cores           int64  // 0 = unsized
 	shareID         string
 	pool, driver    string // defaults: this node, our driver
+	admin           bool   // a result of an adminAccess request
 }
 
 var claimSeq int
@@ -268,6 +304,9 @@ func (n *node) newClaim(name string, results ...allocated) *resourceapi.Resource
 		if r.shareID != "" {
 			share := types.UID(r.shareID)
 			res.ShareID = &share
+		}
+		if r.admin {
+			res.AdminAccess = &r.admin
 		}
 		if r.memory != "" || r.cores != 0 {
 			res.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -143,24 +145,67 @@ func (r *runtimeProc) do(cmd runtimeCmd) runtimeAnswer {
 	return ans
 }
 
-// pluginChild runs the whole kubelet plugin with the Config in $VGPU_PLUGIN_CONFIG and prints
-// "started" once plugin.Start returned (after the instance lock).
+// pluginChild runs the whole kubelet plugin with the Config in $VGPU_PLUGIN_CONFIG. It prints
+// "started" once plugin.Start returned, then "owner" whenever it comes to own the node and
+// "observer" whenever it stops owning it, and "step <name>" at each step of a handover it takes
+// part in; with $VGPU_PLUGIN_CRASH_AT set it SIGKILLs itself at that step (a crash there).
 func pluginChild() error {
 	var cfg plugin.Config
 	if err := json.Unmarshal([]byte(os.Getenv("VGPU_PLUGIN_CONFIG")), &cfg); err != nil {
 		return err
 	}
-	gpus, err := gpu.NewSimulated("dgx-h200", 2)
+	gpus, err := gpu.NewSimulated("dgx-h200", 2, nodeName)
 	if err != nil {
 		return err
 	}
+	crashAt := os.Getenv("VGPU_PLUGIN_CRASH_AT")
 	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: nodeUID}})
-	p, err := plugin.Start(context.Background(), cfg, plugin.Deps{KubeClient: kube, GPUs: gpus, BootID: "boot-1"})
+	// The claims the API server knows (else the start-up reconciliation unprepares them).
+	if raw := os.Getenv("VGPU_PLUGIN_CLAIMS"); raw != "" {
+		var claims []resourceapi.ResourceClaim
+		if err := json.Unmarshal([]byte(raw), &claims); err != nil {
+			return err
+		}
+		for i := range claims {
+			if _, err := kube.ResourceV1().ResourceClaims(claims[i].Namespace).Create(context.Background(), &claims[i], metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+	}
+	p, err := plugin.Start(context.Background(), cfg, plugin.Deps{KubeClient: kube, GPUs: gpus, BootID: "boot-1",
+		HandoverStep: func(step string) {
+			fmt.Println("step " + step)
+			if step == crashAt {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+		}})
 	if err != nil {
 		return err
 	}
 	fmt.Println("started")
-	<-p.Done()
+	go func() {
+		owner := false
+		for {
+			if now := p.Owner(); now != owner {
+				owner = now
+				if owner {
+					fmt.Println("owner")
+				} else {
+					fmt.Println("observer")
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	// SIGTERM stops the plugin as the binary does (a handover in progress finishes first).
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	select {
+	case <-term:
+		p.Stop()
+	case <-p.Done():
+	}
 	return nil
 }
 

@@ -1,13 +1,12 @@
 package integration
 
 import (
+	"sync"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/containerd/nri/pkg/api"
 )
@@ -32,10 +31,10 @@ func TestStopAnswersCreateContainerInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
-	n.kube.PrependReactor("get", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-		close(entered)
+	var once sync.Once
+	n.onClaimGet(func() {
+		once.Do(func() { close(entered) })
 		<-release
-		return false, nil, nil
 	})
 	ctx := t.Context()
 	if err := n.nri.runPod(ctx, second); err != nil {

@@ -41,7 +41,15 @@ func newNRIRuntime(socket string, state runtimeState, opts ...adaptation.Option)
 	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
 		rt.mu.Lock()
 		rt.syncs++
-		pods, ctrs := slices.Clone(rt.state.Pods), slices.Clone(rt.state.Containers)
+		// Copies: the replay is sent while other calls go on changing the containers.
+		pods := make([]*api.PodSandbox, len(rt.state.Pods))
+		for i, p := range rt.state.Pods {
+			pods[i] = proto.Clone(p).(*api.PodSandbox)
+		}
+		ctrs := make([]*api.Container, len(rt.state.Containers))
+		for i, c := range rt.state.Containers {
+			ctrs[i] = proto.Clone(c).(*api.Container)
+		}
 		rt.mu.Unlock()
 		_, err := cb(ctx, pods, ctrs)
 		return err
@@ -142,6 +150,11 @@ func (rt *nriRuntime) create(ctx context.Context, podID string, ctr *api.Contain
 	rt.state.Containers = append(rt.state.Containers, ctr)
 	rt.changed()
 	rt.mu.Unlock()
+	// As containerd: once created, the container as it is (with the adjustment) goes to every
+	// plugin; an observing instance learns the owner's containers from it (contract §14).
+	if err := rt.r.PostCreateContainer(ctx, &api.PostCreateContainerRequest{Pod: pod, Container: ctr}); err != nil {
+		return adj, fmt.Errorf("PostCreateContainer: %w", err)
+	}
 	return adj, nil
 }
 

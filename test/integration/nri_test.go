@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,9 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	k8stesting "k8s.io/client-go/testing"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
@@ -72,7 +71,7 @@ func (n *node) vgpuContainer(id, name string, resp *drapb.NodePrepareResourceRes
 			}
 			devices = append(devices, id)
 			_, dev, _ := strings.Cut(id, "=")
-			for k, v := range spec.env(n.t.(*testing.T), dev) {
+			for k, v := range spec.env(n.t, dev) {
 				env[k] = v
 			}
 		}
@@ -279,10 +278,10 @@ func TestNRITimeoutRollsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	released := make(chan struct{})
-	n.kube.PrependReactor("get", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+	var once sync.Once
+	n.onClaimGet(func() {
 		time.Sleep(450 * time.Millisecond)
-		close(released)
-		return false, nil, nil
+		once.Do(func() { close(released) })
 	})
 	ctx := t.Context()
 	if err := n.nri.runPod(ctx, second); err != nil {
@@ -304,8 +303,9 @@ func TestNRITimeoutRollsBack(t *testing.T) {
 	n.waitSession(2) // dropped by the runtime, reconnected
 }
 
-// TestNRISecondPluginProcessWaits: a second plugin process on the node waits on the instance
-// lock and never registers with NRI while the first lives; it takes over when the first ends.
+// TestNRISecondPluginProcessWaits: a second plugin process on the node that cannot hand over
+// (no pod UID, as before contract §14) starts, but owns nothing and never registers with NRI
+// while the first lives; it takes over when the first ends.
 func TestNRISecondPluginProcessWaits(t *testing.T) {
 	n := newNode(t)
 	n.start()
@@ -315,14 +315,22 @@ func TestNRISecondPluginProcessWaits(t *testing.T) {
 	cfg.HealthAddress, cfg.MetricsAddress, cfg.DebugSocket = "", "", "-"
 	b, _ := json.Marshal(cfg)
 	second := startChild(t, "plugin", "VGPU_PLUGIN_CONFIG="+string(b))
+	if s := second.line(30 * time.Second); s != "started" {
+		t.Fatalf("second plugin process: %q, want started", s)
+	}
 	lines := make(chan string, 1)
 	go func() {
-		s, _ := second.out.ReadString('\n')
-		lines <- strings.TrimSpace(s)
+		for {
+			s, err := second.out.ReadString('\n')
+			if s = strings.TrimSpace(s); !strings.HasPrefix(s, "step ") || err != nil {
+				lines <- s
+				return
+			}
+		}
 	}()
 	select {
 	case s := <-lines:
-		t.Fatalf("second plugin process started while the first lives: %q", s)
+		t.Fatalf("second plugin process said %q while the first lives", s)
 	case <-time.After(3 * time.Second):
 	}
 	if got := n.nri.registrations(); got != regs {
@@ -331,8 +339,8 @@ func TestNRISecondPluginProcessWaits(t *testing.T) {
 	n.stop()
 	select {
 	case s := <-lines:
-		if s != "started" {
-			t.Fatalf("second plugin process: %q", s)
+		if s != "owner" {
+			t.Fatalf("second plugin process: %q, want owner", s)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("second plugin process did not take over")
@@ -370,10 +378,18 @@ func TestNRIHealthAfterGrace(t *testing.T) {
 	if got := probe(t, n); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("after the grace period: %v, want NOT_SERVING", got)
 	}
+	// What the alert compares (contract §8): lost for longer than the grace.
+	lost, grace := metricValue(t, n, "vgpu_dra_nri_lost_seconds"), metricValue(t, n, "vgpu_dra_nri_failure_grace_seconds")
+	if grace != 0.5 || lost <= grace {
+		t.Errorf("after the grace period: nri_lost_seconds %v, nri_failure_grace_seconds %v; want lost > grace = 0.5", lost, grace)
+	}
 	startRuntimeProc(t, socket, state, 2*time.Second)
 	n.waitSession(2)
 	if got := probe(t, n); got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("runtime back: %v, want SERVING", got)
+	}
+	if lost := metricValue(t, n, "vgpu_dra_nri_lost_seconds"); lost != 0 {
+		t.Errorf("runtime back: nri_lost_seconds %v, want 0", lost)
 	}
 }
 
@@ -395,5 +411,8 @@ func TestNRINeverOfferedIsNoFault(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if got := probe(t, n); got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("no NRI at all: %v, want SERVING", got)
+	}
+	if lost := metricValue(t, n, "vgpu_dra_nri_lost_seconds"); lost != 0 {
+		t.Errorf("no NRI at all: nri_lost_seconds %v, want 0 (no fault to alert on)", lost)
 	}
 }

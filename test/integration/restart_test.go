@@ -175,3 +175,34 @@ func TestCrashDuringPrepareIsRolledBack(t *testing.T) {
 		t.Error("retry did not complete the claim")
 	}
 }
+
+// TestNewerCheckpointIsRefused: a checkpoint of a newer format (a plugin rolled back past a
+// format change) stops start-up with an error naming the format and the build that wrote it;
+// the file is left for that build to read.
+func TestNewerCheckpointIsRefused(t *testing.T) {
+	n := newNode(t)
+	path := filepath.Join(n.cfg.KubeletDir, "plugins", driverName, "checkpoint.json")
+	newer, err := os.ReadFile(filepath.Join("..", "..", "pkg", "checkpoint", "testdata", "checkpoint-v3.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, newer, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = n.tryStart()
+	var ve *checkpoint.VersionError
+	if !errors.As(err, &ve) {
+		t.Fatalf("start with a v3 checkpoint: %v, want a VersionError", err)
+	}
+	for _, want := range []string{path, "format v3", "vgpu-dra v0.9.0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(newer) {
+		t.Error("the newer checkpoint was rewritten")
+	}
+}

@@ -148,7 +148,7 @@ func (c Cgroup) Move(t testing.TB, pid int) {
 const childEnv = "VGR_REGISTRYTEST_CHILD"
 
 // Spec is what a child does once released: Count registrations of Request with the
-// retrying client, by Workers goroutines (0: all at once). Count 0: it only sleeps (a
+// retrying client (Once: a single attempt each), by Workers goroutines (0: all at once). Count 0: it only sleeps (a
 // process to fill a cgroup). Before registering it sets up what a misbehaving tenant would
 // (Lock, Stall) and prints "ready" (Child.Ready).
 type Spec struct {
@@ -173,6 +173,8 @@ type Spec struct {
 	// pause (a tenant that keeps its flood up); 0: it is left closed.
 	Stall       int
 	StallReopen time.Duration
+	// Once makes one attempt per registration (no retries).
+	Once bool
 }
 
 // Report is what a child prints after its registrations.
@@ -180,6 +182,8 @@ type Report struct {
 	PID      int
 	Statuses []string // per registration: the status name, or "error: ..."
 	Messages []string
+	// RetryAfterMs are the answers' retry_after_ms, 0 when absent.
+	RetryAfterMs []int64
 	// Latencies are per registration, including retries, in nanoseconds.
 	Latencies []int64
 	// WallNS is the time from release to the last answer.
@@ -262,7 +266,7 @@ func (spec Spec) request() registry.Request {
 // register makes spec.Count registrations with spec.Workers workers.
 func register(spec Spec) Report {
 	rep := Report{PID: os.Getpid(), Statuses: make([]string, spec.Count), Messages: make([]string, spec.Count),
-		Latencies: make([]int64, spec.Count)}
+		RetryAfterMs: make([]int64, spec.Count), Latencies: make([]int64, spec.Count)}
 	workers := spec.Workers
 	if workers <= 0 {
 		workers = spec.Count
@@ -279,14 +283,23 @@ func register(spec Spec) Report {
 			c := registry.Client{Socket: spec.Socket, Budget: spec.Budget}
 			for i := range next {
 				t0 := time.Now()
-				res, err := c.Register(context.Background(), spec.request())
+				var resp registry.Response
+				var err error
+				if spec.Once {
+					resp, err = c.RegisterOnce(context.Background(), spec.request())
+				} else {
+					var res registry.Result
+					res, err = c.Register(context.Background(), spec.request())
+					resp = res.Response
+				}
 				rep.Latencies[i] = int64(time.Since(t0))
 				if err != nil {
 					rep.Statuses[i] = "error: " + err.Error()
 					continue
 				}
-				rep.Statuses[i] = res.Response.Status.String()
-				rep.Messages[i] = res.Response.Message
+				rep.Statuses[i] = resp.Status.String()
+				rep.Messages[i] = resp.Message
+				rep.RetryAfterMs[i] = resp.RetryAfter.Milliseconds()
 			}
 		})
 	}

@@ -20,6 +20,49 @@ app.kubernetes.io/component: kubelet-plugin
 {{ include "vgpu-dra.fullname" . }}-kubelet-plugin
 {{- end -}}
 
+{{- define "vgpu-dra.devicePluginSelectorLabels" -}}
+app.kubernetes.io/name: vgpu-dra
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: device-plugin
+{{- end -}}
+
+{{- define "vgpu-dra.devicePluginServiceAccount" -}}
+{{ include "vgpu-dra.fullname" . }}-device-plugin
+{{- end -}}
+
+{{/* runsDRA / runsDevicePlugin: "true" when the mode installs that plugin on some nodes. */}}
+{{- define "vgpu-dra.runsDRA" -}}
+{{- if has .Values.mode (list "dra" "per-node") }}true{{ end -}}
+{{- end -}}
+{{- define "vgpu-dra.runsDevicePlugin" -}}
+{{- if has .Values.mode (list "device-plugin" "per-node") }}true{{ end -}}
+{{- end -}}
+
+{{/*
+vgpu-dra.affinity: the user's affinity, and in mode per-node the node label that picks the
+plugin ANDed into every required node selector term. Call with (dict "root" $ "operator" "In"|"NotIn").
+*/}}
+{{- define "vgpu-dra.affinity" -}}
+{{- $root := .root -}}
+{{- $aff := deepCopy ($root.Values.affinity | default dict) -}}
+{{- if eq $root.Values.mode "per-node" -}}
+{{- $expr := dict "key" $root.Values.modeLabel "operator" .operator "values" (list "device-plugin") -}}
+{{- $na := get $aff "nodeAffinity" | default dict -}}
+{{- $req := get $na "requiredDuringSchedulingIgnoredDuringExecution" | default dict -}}
+{{- $terms := get $req "nodeSelectorTerms" | default (list (dict)) -}}
+{{- $merged := list -}}
+{{- range $terms -}}
+{{- $t := deepCopy . -}}
+{{- $_ := set $t "matchExpressions" (append (get $t "matchExpressions" | default list) $expr) -}}
+{{- $merged = append $merged $t -}}
+{{- end -}}
+{{- $_ := set $req "nodeSelectorTerms" $merged -}}
+{{- $_ := set $na "requiredDuringSchedulingIgnoredDuringExecution" $req -}}
+{{- $_ := set $aff "nodeAffinity" $na -}}
+{{- end -}}
+{{- if $aff }}{{ toYaml $aff }}{{ end -}}
+{{- end -}}
+
 {{- define "vgpu-dra.featureGates" -}}
 {{- $gates := list -}}
 {{- range $k, $v := .Values.featureGates -}}
@@ -27,3 +70,69 @@ app.kubernetes.io/component: kubelet-plugin
 {{- end -}}
 {{- join "," $gates -}}
 {{- end -}}
+
+{{- define "vgpu-dra.webhookSelectorLabels" -}}
+app.kubernetes.io/name: vgpu-dra
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: webhook
+{{- end -}}
+
+{{- define "vgpu-dra.webhookName" -}}
+{{ include "vgpu-dra.fullname" . }}-webhook
+{{- end -}}
+
+{{/* The Secret of the webhook's serving certificate (cert-controller's or cert-manager's). */}}
+{{- define "vgpu-dra.webhookTLSSecret" -}}
+{{ include "vgpu-dra.fullname" . }}-webhook-tls
+{{- end -}}
+
+{{/* The name the API server calls the webhook by, which its certificate is issued for. */}}
+{{- define "vgpu-dra.webhookDNSName" -}}
+{{ include "vgpu-dra.webhookName" . }}.{{ .Release.Namespace }}.svc
+{{- end -}}
+
+{{/*
+webhookExtendedResource: the extended resource the webhook treats as a vGPU served through DRA,
+in mode dra only. In mode device-plugin the device plugin serves it (no NRI plugin runs, so the
+required-plugins annotation would make containerd refuse every such container); in mode per-node
+the scheduler picks the node, so admission cannot tell which plugin will serve it.
+*/}}
+{{- define "vgpu-dra.webhookExtendedResource" -}}
+{{- if eq .Values.mode "dra" }}{{ .Values.driverName }}/vgpu{{ end -}}
+{{- end -}}
+
+{{/* CEL: the container asks for the DeviceClass's extended resource. */}}
+{{- define "vgpu-dra.usesExtendedResource" -}}
+has(c.resources) && ((has(c.resources.limits) && '{{ .Values.driverName }}/vgpu' in c.resources.limits) || (has(c.resources.requests) && '{{ .Values.driverName }}/vgpu' in c.resources.requests))
+{{- end -}}
+
+{{/* CEL over a ResourceClaimSpec at $spec: some request may be served by the DeviceClass. */}}
+{{- define "vgpu-dra.specUsesClass" -}}
+{{- $spec := index . 0 -}}{{- $class := index . 1 -}}
+has({{ $spec }}.devices) && has({{ $spec }}.devices.requests) && {{ $spec }}.devices.requests.exists(r, (has(r.exactly) && r.exactly.deviceClassName == '{{ $class }}') || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName == '{{ $class }}')))
+{{- end -}}
+
+{{/* What every webhook of the chart shares (contract §12). */}}
+{{- define "vgpu-dra.webhookCommon" -}}
+admissionReviewVersions: ["v1"]
+sideEffects: None
+failurePolicy: Fail
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: [{{ .Release.Namespace | quote }}, "kube-system"]
+{{- end }}
+
+{{/* Pods that may use a vGPU: resourceClaims, or (mode dra) the extended resource in any container. */}}
+{{- define "vgpu-dra.webhookPodConditions" -}}
+matchConditions:
+  - name: may-use-a-vgpu
+    expression: >-
+      (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)
+      {{- if include "vgpu-dra.webhookExtendedResource" . }} ||
+      object.spec.containers.exists(c, {{ include "vgpu-dra.usesExtendedResource" . }}) ||
+      (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {{ include "vgpu-dra.usesExtendedResource" . }}))
+      {{- end }}
+{{- end }}

@@ -1,0 +1,155 @@
+package clusterview
+
+import (
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+)
+
+const (
+	driver = "vgpu.dra.dev"
+	gib    = int64(1) << 30
+	h200   = 144384 << 20 // 141Gi
+)
+
+func gpuDevice(name, uuid string, taint string) resourceapi.Device {
+	d := resourceapi.Device{
+		Name: name,
+		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			"uuid": {StringValue: ptr.To(uuid)}, "productName": {StringValue: ptr.To("NVIDIA H200 141GB HBM3e")},
+		},
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			"memory": {Value: *resource.NewQuantity(h200, resource.BinarySI)},
+			"cores":  {Value: *resource.NewQuantity(100, resource.DecimalSI)},
+		},
+	}
+	if taint != "" {
+		d.Taints = []resourceapi.DeviceTaint{{Key: driver + "/unhealthy", Value: taint, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	}
+	return d
+}
+
+func slice(node, drv string, devices ...resourceapi.Device) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + drv},
+		Spec: resourceapi.ResourceSliceSpec{Driver: drv, NodeName: ptr.To(node),
+			Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}, Devices: devices},
+	}
+}
+
+// claim is allocated on pool/device with the consumed capacity given ("" leaves it out: a
+// whole-GPU allocation) and reserved for pods.
+func claim(ns, name, drv, pool, device, memory string, cores int64, pods ...string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid")}}
+	res := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: drv, Pool: pool, Device: device, ShareID: ptr.To(types.UID("share-" + name))}
+	if memory != "" {
+		res.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
+			"memory": resource.MustParse(memory), "cores": *resource.NewQuantity(cores, resource.DecimalSI),
+		}
+	}
+	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{res}}}
+	for _, p := range pods {
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p, UID: types.UID(p + "-uid")})
+	}
+	return c
+}
+
+// pod uses the claim through its "gpu" reference: by name, or (template) through its status.
+func pod(ns, name, node, claimName string, fromTemplate bool, containers ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{NodeName: node}}
+	ref := corev1.PodResourceClaim{Name: "gpu"}
+	if fromTemplate {
+		ref.ResourceClaimTemplateName = ptr.To("tmpl")
+		p.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: ptr.To(claimName)}}
+	} else {
+		ref.ResourceClaimName = ptr.To(claimName)
+	}
+	p.Spec.ResourceClaims = []corev1.PodResourceClaim{ref}
+	for _, c := range containers {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}})
+	}
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "sidecar"})
+	return p
+}
+
+// cluster: node-a has two H200s (gpu-1 unhealthy), node-b one; two pods share node-a's gpu-0,
+// a third takes node-b's whole; a claim of another driver and an unallocated claim are
+// ignored.
+func cluster() *fake.Clientset {
+	unallocated := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "pending"}}
+	objs := []runtime.Object{
+		slice("node-a", driver, gpuDevice("gpu-0", "GPU-a0", ""), gpuDevice("gpu-1", "GPU-a1", "XID-79")),
+		slice("node-b", driver, gpuDevice("gpu-0", "GPU-b0", "")),
+		slice("node-a", "net.example.com", resourceapi.Device{Name: "eth0"}),
+		claim("team", "share-a", driver, "node-a", "gpu-0", "10Gi", 30, "share-a"),
+		claim("team", "share-b-xyz", driver, "node-a", "gpu-0", "20Gi", 25, "share-b"),
+		claim("batch", "whole", driver, "node-b", "gpu-0", "", 0, "trainer"),
+		claim("team", "nic", "net.example.com", "node-a", "eth0", "", 0, "share-a"),
+		unallocated,
+		pod("team", "share-a", "node-a", "share-a", false, "app"),
+		pod("team", "share-b", "node-a", "share-b-xyz", true, "app", "helper"),
+		pod("batch", "trainer", "node-b", "whole", false, "train"),
+		pod("team", "plain", "node-a", "missing", false, "app"),
+	}
+	return fake.NewClientset(objs...)
+}
+
+func TestGPUs(t *testing.T) {
+	got, err := Reader{Client: cluster(), Driver: driver}.GPUs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []GPU{
+		{Node: "node-a", Pool: "node-a", Device: "gpu-0", UUID: "GPU-a0", Product: "NVIDIA H200 141GB HBM3e",
+			Memory: Amount{Published: h200, Allocated: 30 * gib, Free: h200 - 30*gib}, Cores: Amount{Published: 100, Allocated: 55, Free: 45},
+			Health: "Healthy", Shares: []Share{
+				{Namespace: "team", Claim: "share-a", Request: "gpu", ShareID: "share-share-a", Memory: 10 * gib, Cores: 30, Pods: []string{"share-a"}},
+				{Namespace: "team", Claim: "share-b-xyz", Request: "gpu", ShareID: "share-share-b-xyz", Memory: 20 * gib, Cores: 25, Pods: []string{"share-b"}},
+			}},
+		{Node: "node-a", Pool: "node-a", Device: "gpu-1", UUID: "GPU-a1", Product: "NVIDIA H200 141GB HBM3e",
+			Memory: Amount{Published: h200, Free: h200}, Cores: Amount{Published: 100, Free: 100}, Health: "Unhealthy: XID-79", Shares: []Share{}},
+		{Node: "node-b", Pool: "node-b", Device: "gpu-0", UUID: "GPU-b0", Product: "NVIDIA H200 141GB HBM3e",
+			Memory: Amount{Published: h200, Allocated: h200}, Cores: Amount{Published: 100, Allocated: 100}, Health: "Healthy",
+			Shares: []Share{{Namespace: "batch", Claim: "whole", Request: "gpu", ShareID: "share-whole", Memory: h200, Cores: 100, Pods: []string{"trainer"}}}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("GPUs =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestPods(t *testing.T) {
+	teamA := PodShare{Namespace: "team", Pod: "share-a", Claim: "share-a", Request: "gpu", Node: "node-a", Device: "gpu-0", UUID: "GPU-a0",
+		Memory: 10 * gib, Cores: 30, Containers: []string{"app"}}
+	teamB := PodShare{Namespace: "team", Pod: "share-b", Claim: "share-b-xyz", Request: "gpu", Node: "node-a", Device: "gpu-0", UUID: "GPU-a0",
+		Memory: 20 * gib, Cores: 25, Containers: []string{"app", "helper"}}
+	batch := PodShare{Namespace: "batch", Pod: "trainer", Claim: "whole", Request: "gpu", Node: "node-b", Device: "gpu-0", UUID: "GPU-b0",
+		Memory: h200, Cores: 100, Containers: []string{"train"}}
+	tests := []struct {
+		namespace string
+		want      []PodShare
+	}{
+		{"team", []PodShare{teamA, teamB}},
+		{"batch", []PodShare{batch}},
+		{"", []PodShare{batch, teamA, teamB}},
+		{"empty", []PodShare{}},
+	}
+	for _, tc := range tests {
+		t.Run("namespace="+tc.namespace, func(t *testing.T) {
+			got, err := Reader{Client: cluster(), Driver: driver}.Pods(t.Context(), tc.namespace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Pods(%q) =\n%+v\nwant\n%+v", tc.namespace, got, tc.want)
+			}
+		})
+	}
+}

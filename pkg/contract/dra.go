@@ -1,0 +1,41 @@
+package contract
+
+// Names of the DRA features around Prepare: a claim's device status, the simulated GPUs'
+// control socket (contract §3 "Claim device status", §11).
+
+// SimulatedControlSocketName is the simulated GPUs' control socket in the state directory
+// (contract §11); served only when --device-source is simulated.
+const SimulatedControlSocketName = "simulated-gpu.sock"
+
+// Claim device status (ResourceClaim status.devices, contract §3 "Claim device status").
+const (
+	// DeviceConditionReady is the one condition the plugin writes per result.
+	DeviceConditionReady = "Ready"
+	// DeviceReasonPrepared is the Ready=True reason.
+	DeviceReasonPrepared = "Prepared"
+	// DeviceFieldManagerPrefix + node name is the server-side-apply field manager of the
+	// plugin's status writes: one per node, so no node's apply removes another's entries.
+	DeviceFieldManagerPrefix = "vgpu-dra-kubelet-plugin/"
+)
+
+// DeviceStatusData is the data of one result in status.devices[].data, as a user reads it with
+// kubectl get resourceclaim -o yaml.
+type DeviceStatusData struct {
+	// Request is the request the result answers, "<request>/<sub-request>" for a prioritized list.
+	Request string `json:"request"`
+	// GPUUUID and ProductName identify the GPU.
+	GPUUUID     string `json:"gpuUUID"`
+	ProductName string `json:"productName"`
+	// Index is the GPU's NVML index on the node.
+	Index int `json:"index"`
+	// Memory is the granted memory as a quantity ("10Gi"); the whole published memory of the GPU
+	// for an unlimited result; absent for admin access.
+	Memory string `json:"memory,omitempty"`
+	// Cores is the granted percentage of SMs, 100 for an unlimited result; absent for admin access.
+	Cores int64 `json:"cores,omitempty"`
+	// AdminAccess marks a result of an adminAccess request: no limits.
+	AdminAccess bool `json:"adminAccess,omitempty"`
+	// Path is how the claim's containers get their directories: "nri" or "per-claim"; empty
+	// with VGPUSupport off.
+	Path ClaimPath `json:"path,omitempty"`
+}

@@ -1,0 +1,198 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+)
+
+const (
+	uidClaimA = "c1a10000-0000-4000-8000-00000000000a"
+	uidClaimB = "c1a10000-0000-4000-8000-00000000000b"
+	podUID1   = "90d00000-0000-4000-8000-000000000001"
+)
+
+// apiClaim is an allocated claim reserved for one pod, as the kubelet hands it to Prepare.
+func apiClaim(name, uid string, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
+	c := allocatedClaim(results...)
+	c.Name, c.UID, c.Generation = name, types.UID(uid), 3
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name + "-pod", UID: podUID1}}
+	return c
+}
+
+// startedDriver is a test driver with api as its ClaimAPI, started (status writer running).
+// Every update the writer is done with (written, dropped or put back) is sent on processed.
+func startedDriver(t *testing.T, api *fakeClaimAPI) (*testDriver, <-chan struct{}) {
+	t.Helper()
+	d := newTestDriver(t, func(_ *Config, deps *Deps) { deps.Claims = api })
+	processed := make(chan struct{}, 100)
+	d.status.retryMin, d.status.retryMax = time.Millisecond, 2*time.Millisecond
+	d.status.processed = func() { processed <- struct{}{} }
+	d.Start(t.Context(), nil, nil)
+	return d, processed
+}
+
+// waitProcessed waits until the writer is done with n more updates.
+func waitProcessed(t *testing.T, processed <-chan struct{}, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-processed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the status writer did not get through %d updates", n)
+		}
+	}
+}
+
+func prepare(t *testing.T, d *testDriver, claims ...*resourceapi.ResourceClaim) map[types.UID]error {
+	t.Helper()
+	res, err := d.PrepareResourceClaims(context.Background(), claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[types.UID]error{}
+	for uid, r := range res {
+		out[uid] = r.Err
+	}
+	return out
+}
+
+func readyCondition(t *testing.T, d resourceac.AllocatedDeviceStatusApplyConfiguration) (status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	if len(d.Conditions) != 1 || *d.Conditions[0].Type != contract.DeviceConditionReady {
+		t.Fatalf("conditions %+v, want one Ready", d.Conditions)
+	}
+	return *d.Conditions[0].Status, *d.Conditions[0].Reason
+}
+
+// TestDeviceStatusAfterPrepare: a prepared claim's results get Ready=True with the GPU, the
+// granted memory and cores and the path; a failed Prepare gets Ready=False with the reason; both
+// are written after Prepare answered, as this node's entries.
+func TestDeviceStatusAfterPrepare(t *testing.T) {
+	tests := []struct {
+		name       string
+		claim      *resourceapi.ResourceClaim
+		wantStatus metav1.ConditionStatus
+		wantReason string
+		wantData   map[string]any
+	}{
+		{name: "a share", claim: apiClaim("share", uidClaimA, result("gpu/small", "gpu-1", "10Gi", "30")),
+			wantStatus: metav1.ConditionTrue, wantReason: contract.DeviceReasonPrepared,
+			wantData: map[string]any{"request": "gpu/small", "gpuUUID": uuidGPU1, "productName": "NVIDIA H100 80GB HBM3", "index": float64(1), "memory": "10Gi", "cores": float64(30), "path": "nri"}},
+		{name: "a whole GPU: granted all of it", claim: apiClaim("whole", uidClaimA, result("gpu", "gpu-0", "", "")),
+			wantStatus: metav1.ConditionTrue, wantReason: contract.DeviceReasonPrepared,
+			wantData: map[string]any{"request": "gpu", "gpuUUID": uuidGPU0, "productName": "NVIDIA H100 80GB HBM3", "index": float64(0), "memory": "80Gi", "cores": float64(100), "path": "nri"}},
+		{name: "admin access: no limits", claim: apiClaim("mon", uidClaimA, admin(result("mon", "gpu-0", "256Mi", "1"))),
+			wantStatus: metav1.ConditionTrue, wantReason: contract.DeviceReasonPrepared,
+			wantData: map[string]any{"request": "mon", "gpuUUID": uuidGPU0, "productName": "NVIDIA H100 80GB HBM3", "index": float64(0), "adminAccess": true, "path": "nri"}},
+		{name: "failed: the reason", claim: apiClaim("bad", uidClaimA, result("gpu", "gpu-0", "0.5", "")),
+			wantStatus: metav1.ConditionFalse, wantReason: "InvalidClaim", wantData: map[string]any{"request": "gpu", "index": float64(0), "gpuUUID": "", "productName": ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeClaimAPI()
+			d, _ := startedDriver(t, api)
+			prepare(t, d, tt.claim)
+			applied := api.waitApplied(t, 1)[0]
+			if *applied.Name != tt.claim.Name || *applied.Namespace != tt.claim.Namespace || *applied.UID != tt.claim.UID {
+				t.Errorf("applied to %s/%s %s, want the claim", *applied.Namespace, *applied.Name, *applied.UID)
+			}
+			devs := applied.Status.Devices
+			if len(devs) != 1 || *devs[0].Driver != contract.DefaultDriverName || *devs[0].Pool != "node-1" || *devs[0].Device != *ptrTo(tt.claim.Status.Allocation.Devices.Results[0].Device) || *devs[0].ShareID != shareA {
+				t.Fatalf("status devices %+v, want this node's entry of the result", devs)
+			}
+			status, reason := readyCondition(t, devs[0])
+			if status != tt.wantStatus || reason != tt.wantReason || *devs[0].Conditions[0].ObservedGeneration != 3 {
+				t.Errorf("Ready %s %s (generation %d), want %s %s for generation 3", status, reason, *devs[0].Conditions[0].ObservedGeneration, tt.wantStatus, tt.wantReason)
+			}
+			got := deviceData(t, devs[0])
+			for k, want := range tt.wantData {
+				if got[k] != want && !(want == "" && got[k] == nil) {
+					t.Errorf("data %s = %v, want %v (data %v)", k, got[k], want, got)
+				}
+			}
+		})
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestDeviceStatusWrites: transient API errors are retried, refusals for good dropped, an
+// unchanged status is not written again, and nothing is written for a claim unprepared before
+// its turn came.
+func TestDeviceStatusWrites(t *testing.T) {
+	gone := apierrors.NewNotFound(schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceclaims"}, "share")
+	tests := []struct {
+		name        string
+		errs        []error
+		wantApplied int
+		wantCount   map[string]float64
+	}{
+		{name: "written", wantApplied: 1, wantCount: map[string]float64{metrics.StatusWritten: 1}},
+		{name: "retried until written", errs: []error{apierrors.NewServiceUnavailable("etcd"), errors.New("connection refused")},
+			wantApplied: 1, wantCount: map[string]float64{metrics.StatusRetried: 2, metrics.StatusWritten: 1}},
+		{name: "claim gone: dropped, written by the next Prepare", errs: []error{gone},
+			wantCount: map[string]float64{metrics.StatusDropped: 1, metrics.StatusWritten: 1, metrics.StatusRetried: 0}},
+		{name: "forbidden: dropped, written by the next Prepare", errs: []error{apierrors.NewForbidden(schema.GroupResource{Resource: "resourceclaims"}, "share", errors.New("another node's claim"))},
+			wantCount: map[string]float64{metrics.StatusDropped: 1, metrics.StatusWritten: 1, metrics.StatusRetried: 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeClaimAPI()
+			api.applyErr = tt.errs
+			d, processed := startedDriver(t, api)
+			claim := apiClaim("share", uidClaimA, result("gpu", "gpu-1", "10Gi", "30"))
+			prepare(t, d, claim)
+			waitProcessed(t, processed, len(tt.errs)+tt.wantApplied)
+			// The same Prepare again (the kubelet after a restart) and a second claim: the first
+			// is written again only when it did not land, the second is; it marks the end.
+			prepare(t, d, claim)
+			prepare(t, d, apiClaim("other", uidClaimB, result("gpu", "gpu-0", "1Gi", "1")))
+			want := max(tt.wantApplied, 1) + 1
+			waitProcessed(t, processed, want-tt.wantApplied)
+			applied := api.waitApplied(t, want)
+			if len(applied) != want || *applied[len(applied)-1].Name != "other" {
+				t.Errorf("%d writes, the last to %s; want %d, the last to other", len(applied), *applied[len(applied)-1].Name, want)
+			}
+			for outcome, want := range tt.wantCount {
+				if outcome == metrics.StatusWritten {
+					want++ // the second claim
+				}
+				if got := d.metric(t, "vgpu_dra_claim_status_writes_total", "outcome", outcome); got != want {
+					t.Errorf("claim_status_writes_total{outcome=%s} = %v, want %v", outcome, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDeviceStatusNotWrittenAfterUnprepare: an update still waiting when its claim is
+// unprepared is dropped.
+func TestDeviceStatusNotWrittenAfterUnprepare(t *testing.T) {
+	api := newFakeClaimAPI()
+	d := newTestDriver(t, func(_ *Config, deps *Deps) { deps.Claims = api }) // not started: nothing is written yet
+	claim := apiClaim("share", uidClaimA, result("gpu", "gpu-1", "10Gi", "30"))
+	prepare(t, d, claim)
+	if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{
+		NamespacedName: types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}, UID: claim.UID,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	d.Start(t.Context(), nil, nil)
+	prepare(t, d, apiClaim("other", uidClaimB, result("gpu", "gpu-0", "1Gi", "1")))
+	if applied := api.waitApplied(t, 1); len(applied) != 1 || *applied[0].Name != "other" {
+		t.Errorf("writes %d, first to %s; want only the claim still prepared", len(applied), *applied[0].Name)
+	}
+}

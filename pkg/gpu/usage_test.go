@@ -1,0 +1,135 @@
+package gpu
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+func TestSimulatedProcessUtilization(t *testing.T) {
+	sim := newTestSimulated(t, "dgx-h200", 2)
+	sim.usage.now = func() uint64 { return 5_000_000 }
+	gpu0, gpu1 := mockDevice(sim, 0).UUID, mockDevice(sim, 1).UUID
+	hidden := simulatedUUID(testNode, "dgx-h200", 5) // in the profile, beyond count
+	sim.SetProcesses(func(uuid string) []int {
+		if uuid == gpu0 {
+			return []int{100, 114, 4243}
+		}
+		return nil
+	})
+	cases := []struct {
+		name    string
+		uuid    string
+		since   uint64
+		want    []ProcessSample
+		wantErr error
+	}{
+		{name: "every process, deterministic figures", uuid: gpu0, want: []ProcessSample{
+			{PID: 100, SMUtil: 30, TimeStamp: 5_000_000},  // 100 = 5*19 + 5
+			{PID: 114, SMUtil: 5, TimeStamp: 5_000_000},   // 114 = 6*19
+			{PID: 4243, SMUtil: 35, TimeStamp: 5_000_000}, // 4243 = 223*19 + 6
+		}},
+		{name: "nothing newer than since", uuid: gpu0, since: 5_000_000, want: []ProcessSample{}},
+		{name: "a GPU without processes", uuid: gpu1, want: []ProcessSample{}},
+		{name: "a GPU beyond count", uuid: hidden, wantErr: ErrUnknownGPU},
+		{name: "no such GPU", uuid: "GPU-00000000-0000-0000-0000-000000000000", wantErr: ErrUnknownGPU},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := sim.ProcessUtilization(tc.uuid, tc.since)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("ProcessUtilization = %v, %v; want an error wrapping %v", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("ProcessUtilization(%s, %d) = %+v, %v; want %+v", tc.uuid, tc.since, got, err, tc.want)
+			}
+		})
+	}
+	// Simulated processes hold no memory NVML could report: the ledger is the only figure.
+	want := []ProcessMemory{{PID: 100}, {PID: 114}, {PID: 4243}}
+	if mem, err := sim.ProcessMemory(gpu0); err != nil || !reflect.DeepEqual(mem, want) {
+		t.Errorf("ProcessMemory of a simulated GPU = %+v, %v; want %+v, none known", mem, err, want)
+	}
+	sim.SetProcesses(nil)
+	if got, err := sim.ProcessUtilization(gpu0, 0); err != nil || len(got) != 0 {
+		t.Errorf("after SetProcesses(nil): %+v, %v; want no samples", got, err)
+	}
+}
+
+func TestSimulatedSMUtilRange(t *testing.T) {
+	seen := map[uint32]bool{}
+	for pid := range 1000 {
+		u := SimulatedSMUtil(pid)
+		if u < 5 || u > 95 || u%5 != 0 {
+			t.Fatalf("SimulatedSMUtil(%d) = %d, want 5..95 in steps of 5", pid, u)
+		}
+		seen[u] = true
+	}
+	if len(seen) != 19 {
+		t.Errorf("SimulatedSMUtil takes %d values, want 19", len(seen))
+	}
+}
+
+// TestNVMLProcessReaders drives the shared NVML reader with raw NVML answers, as a real driver
+// gives them: several samples of one process, samples older than asked for, figures NVML
+// cannot tell, and errors.
+func TestNVMLProcessReaders(t *testing.T) {
+	sim := newTestSimulated(t, "dgx-h200", 1)
+	dev := mockDevice(sim, 0)
+	cases := []struct {
+		name      string
+		samples   []nvml.ProcessUtilizationSample
+		sampleRet nvml.Return
+		procs     []nvml.ProcessInfo
+		procsRet  nvml.Return
+		since     uint64
+		want      []ProcessSample
+		wantMem   []ProcessMemory
+		wantErr   bool
+		wantMErr  bool
+	}{
+		{
+			name: "newest sample per process, older than since dropped, capped at 100",
+			samples: []nvml.ProcessUtilizationSample{
+				{Pid: 7, TimeStamp: 10, SmUtil: 40}, {Pid: 7, TimeStamp: 30, SmUtil: 20}, {Pid: 7, TimeStamp: 20, SmUtil: 90},
+				{Pid: 8, TimeStamp: 5, SmUtil: 70}, {Pid: 9, TimeStamp: 25, SmUtil: 250},
+			},
+			sampleRet: nvml.SUCCESS, since: 5,
+			procs: []nvml.ProcessInfo{
+				{Pid: 7, UsedGpuMemory: 1 << 30}, {Pid: 8, UsedGpuMemory: notAvailable}, {Pid: 9, UsedGpuMemory: 0},
+			},
+			procsRet: nvml.SUCCESS,
+			want:     []ProcessSample{{PID: 7, SMUtil: 20, TimeStamp: 30}, {PID: 9, SMUtil: 100, TimeStamp: 25}},
+			wantMem:  []ProcessMemory{{PID: 7, UsedBytes: 1 << 30, Known: true}, {PID: 8}, {PID: 9, UsedBytes: 0, Known: true}},
+		},
+		{
+			name: "no sample since (NOT_FOUND) is not an error", sampleRet: nvml.ERROR_NOT_FOUND,
+			procsRet: nvml.SUCCESS, want: []ProcessSample{}, wantMem: []ProcessMemory{},
+		},
+		{
+			name: "driver errors are errors", sampleRet: nvml.ERROR_NOT_SUPPORTED, procsRet: nvml.ERROR_NO_PERMISSION,
+			wantErr: true, wantMErr: true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+				return tc.samples, tc.sampleRet
+			}
+			dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return tc.procs, tc.procsRet }
+			got, err := sim.ProcessUtilization(dev.UUID, tc.since)
+			if (err != nil) != tc.wantErr || (!tc.wantErr && !reflect.DeepEqual(got, tc.want)) {
+				t.Errorf("ProcessUtilization = %+v, %v; want %+v (error %v)", got, err, tc.want, tc.wantErr)
+			}
+			mem, err := sim.ProcessMemory(dev.UUID)
+			if (err != nil) != tc.wantMErr || (!tc.wantMErr && !reflect.DeepEqual(mem, tc.wantMem)) {
+				t.Errorf("ProcessMemory = %+v, %v; want %+v (error %v)", mem, err, tc.wantMem, tc.wantMErr)
+			}
+		})
+	}
+}

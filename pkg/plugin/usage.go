@@ -1,0 +1,118 @@
+package plugin
+
+import (
+	"context"
+
+	"k8s.io/klog/v2"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
+	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
+	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
+	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
+	"github.com/vgpu-dra/vgpu-dra/pkg/usage"
+)
+
+// startUsage starts the background sampler of per-container usage and registers its metrics
+// (contract §8). It reads files and NVML on its own goroutine, every interval, and /metrics
+// serves its latest snapshot: a scrape never reads a ledger, and a ledger read never waits
+// for or holds anything a registration or an NRI hook needs (targets are copies of the cache
+// and the checkpoint). On simulated GPUs the containers' registered processes are what the
+// GPUs run, so their per-process samples exist.
+func (p *Plugin) startUsage(ctx context.Context, layout claimdir.Layout) *usage.Sampler {
+	um := metrics.NewUsageMetrics(p.metrics.Registry)
+	var collector *usage.Collector
+	sampler := usage.NewSampler(usage.Config{Interval: p.cfg.UsageInterval, MaxSeries: p.cfg.UsageMaxSeries}, usage.Deps{
+		Targets:   p.ownerUsageTargets(layout),
+		GPUs:      p.ownerUsageGPUs(),
+		NVML:      p.gpus,
+		ReadError: um.ReadError,
+		Observe:   um.Observe,
+		Published: func(s *usage.Snapshot) { collector.Prepare(s) },
+	})
+	collector = usage.NewCollector(sampler.Snapshot)
+	p.metrics.Registry.CustomMustRegister(collector)
+	if sim, ok := p.gpus.(*gpu.Simulated); ok {
+		sim.SetProcesses(sampler.PIDsOn)
+	}
+	go sampler.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("usage")))
+	return sampler
+}
+
+// ownerUsageTargets are usageTargets of the node while this instance owns it, and none while it
+// observes (contract §14): during a handover both pods' /metrics would otherwise show the
+// node's containers.
+func (p *Plugin) ownerUsageTargets(layout claimdir.Layout) func() []usage.Target {
+	return func() []usage.Target {
+		t := p.term.Load()
+		if t == nil {
+			return nil
+		}
+		return usageTargets(p.NRICache(), t.store, layout)()
+	}
+}
+
+// ownerUsageGPUs is usageGPUs of the owner's driver; none while this instance observes.
+func (p *Plugin) ownerUsageGPUs() func() []usage.GPU {
+	return func() []usage.GPU {
+		t := p.term.Load()
+		if t == nil {
+			return nil
+		}
+		return usageGPUs(t.driver)()
+	}
+}
+
+// usageTargets lists what the sampler reads: every vGPU container on the NRI path that has not
+// stopped (its newest instance: the directory belongs to the pod and name), and every claim
+// prepared on the per-claim path, whose containers share one directory set.
+func usageTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.Layout) func() []usage.Target {
+	return func() []usage.Target {
+		claims := store.Snapshot().Claims
+		var out []usage.Target
+		if cache != nil {
+			newest := map[[2]string]nri.Instance{}
+			for _, in := range cache.List() { // ordered by pod, name and creation: the last wins
+				newest[[2]string{in.PodUID, in.ContainerName}] = in
+			}
+			for _, in := range newest {
+				c, ok := claims[in.ClaimUID]
+				if in.State == nri.StateStopped || !ok {
+					continue
+				}
+				dirs, err := layout.ContainerDirs(in.ClaimUID, in.PodUID, in.ContainerName)
+				if err != nil {
+					continue // names the cache validated at creation; cannot happen
+				}
+				out = append(out, usage.Target{Namespace: in.PodNamespace, Pod: in.PodName, Container: in.ContainerName,
+					Claim: c.Name, ConfigDir: dirs.Config, VMemNodeDir: dirs.VMemNode})
+			}
+		}
+		for uid, c := range claims {
+			if c.Path != contract.PathPerClaim || c.State != checkpoint.PrepareCompleted {
+				continue
+			}
+			dirs, err := layout.PerClaimDirs(uid)
+			if err != nil {
+				continue
+			}
+			out = append(out, usage.Target{Namespace: c.Namespace, Claim: c.Name, ConfigDir: dirs.Config, VMemNodeDir: dirs.VMemNode})
+		}
+		return out
+	}
+}
+
+// usageGPUs is the driver's view of the GPUs, in the sampler's terms.
+func usageGPUs(d *driver.Driver) func() []usage.GPU {
+	return func() []usage.GPU {
+		states := d.GPUStates()
+		out := make([]usage.GPU, len(states))
+		for i, s := range states {
+			out[i] = usage.GPU{UUID: s.UUID, Device: s.Device, PublishedMemory: s.PublishedMemory,
+				AllocatedMemory: s.AllocatedMemory, AllocatedCores: s.AllocatedCores, Shares: s.Shares, Healthy: s.Healthy}
+		}
+		return out
+	}
+}

@@ -1,0 +1,387 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/clusterview"
+	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
+)
+
+const mib = int64(1) << 20
+
+// obsShare is one of the two pods of this test: its claim and what its probe holds.
+type obsShare struct {
+	name        string
+	memory      string // the claim's request
+	memoryBytes int64
+	cores       int64
+	holdMiB     int64 // what vgpu_probe allocates and holds through libvgpu.so
+}
+
+// TestObservability: two pods share the simulated GPU, each holding memory through the real
+// libvgpu.so (vgpu_probe over the fake driver). The plugin's /metrics shows both containers
+// with their limits and usage, kubectl vgpu shows the GPU with both shares and what is left, a
+// real Prometheus scraping the plugin with the chart's own rule file fires the near-the-limit
+// alert for the container over 90 %, and once the pods are deleted their series are gone.
+func TestObservability(t *testing.T) {
+	installChart(t)
+	ensureNamespace(t)
+	shares := []obsShare{
+		{name: "obs-a", memory: "10Gi", memoryBytes: 10 << 30, cores: 30, holdMiB: 9400}, // 91.8 %: the alert fires
+		{name: "obs-b", memory: "4Gi", memoryBytes: 4 << 30, cores: 20, holdMiB: 1024},   // 25 %: it does not
+	}
+	t.Cleanup(func() { cleanupShares(t, shares) })
+	for _, s := range shares {
+		createClaim(t, claimFor(s.name, s.memory, s.cores))
+		createPod(t, vgpuPod(s.name, s.name, "sh", "-c", fmt.Sprintf(
+			`FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe hold %d >/tmp/hold.out 2>&1 & trap 'exit 0' TERM; while :; do sleep 1; done`, s.holdMiB)))
+	}
+	pids := map[string][]int{}
+	for _, s := range shares {
+		waitRunning(t, s.name)
+		eventually(t, defaultTimeout, s.name+"'s probe holding its memory", func() (bool, error) {
+			out, err := run(t, "kubectl", "exec", "-n", testNS, s.name, "-c", "app", "--", "cat", "/tmp/hold.out")
+			return err == nil && strings.Contains(out, "held"), fmt.Errorf("%v: %s", err, out)
+		})
+		pids[s.name] = pidLines(execIn(t, s.name, "cat /etc/vgpu-dra/config/pids.config"))
+	}
+	metricsURL := "http://" + net.JoinHostPort(pluginPodIP(t), "8080") + "/metrics"
+
+	t.Run("metrics-show-both-containers", func(t *testing.T) {
+		uuid := gpuUUID(t)
+		for _, s := range shares {
+			wantCores := 0.0
+			for _, pid := range pids[s.name] {
+				wantCores += float64(gpu.SimulatedSMUtil(pid))
+			}
+			want := map[string]float64{
+				"vgpu_dra_container_memory_used_bytes":   float64(s.holdMiB * mib),
+				"vgpu_dra_container_memory_limit_bytes":  float64(s.memoryBytes),
+				"vgpu_dra_container_cores_limit_percent": float64(s.cores),
+				"vgpu_dra_container_cores_used_percent":  min(wantCores, 100),
+			}
+			labels := map[string]string{"namespace": testNS, "pod": s.name, "container": "app", "claim": s.name, "gpu_uuid": uuid}
+			eventually(t, defaultTimeout, s.name+"'s series on /metrics", func() (bool, error) {
+				m, err := scrapeMetrics(metricsURL)
+				if err != nil {
+					return false, err
+				}
+				for name, v := range want {
+					if got, ok := seriesValue(m, name, labels); !ok || got != v {
+						return false, fmt.Errorf("%s%v = %v (present %v), want %v", name, labels, got, ok, v)
+					}
+				}
+				return true, nil
+			})
+		}
+		m, err := scrapeMetrics(metricsURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]float64{"vgpu_dra_gpu_shares": 2, "vgpu_dra_gpu_containers": 2, "vgpu_dra_gpu_memory_allocated_bytes": 14 << 30, "vgpu_dra_gpu_healthy": 1} {
+			if got, ok := seriesValue(m, name, map[string]string{"gpu_uuid": uuid, "device": "gpu-0"}); !ok || got != want {
+				t.Errorf("%s{gpu-0} = %v (present %v), want %v", name, got, ok, want)
+			}
+		}
+	})
+
+	t.Run("kubectl-vgpu-shows-both-shares-and-what-is-left", func(t *testing.T) {
+		table := kubectlVGPU(t, "nodes")
+		t.Logf("kubectl vgpu nodes:\n%s", table)
+		var list struct{ Items []clusterview.GPU }
+		if err := json.Unmarshal([]byte(kubectlVGPU(t, "nodes", "-o", "json")), &list); err != nil || len(list.Items) != 1 {
+			t.Fatalf("kubectl vgpu nodes -o json: %d GPUs, %v", len(list.Items), err)
+		}
+		g := list.Items[0]
+		published := int64(144384) * mib // the simulated H200, nothing reserved
+		if g.Device != "gpu-0" || g.Memory.Published != published || g.Memory.Allocated != 14<<30 || g.Memory.Free != published-14<<30 ||
+			g.Cores.Allocated != 50 || g.Cores.Free != 50 || len(g.Shares) != 2 || g.Shares[0].Claim != "obs-a" || g.Shares[1].Claim != "obs-b" {
+			t.Errorf("kubectl vgpu nodes -o json: %+v", g)
+		}
+		// The table a person reads: 141Gi published, 14Gi taken, 127Gi and 50 % left, 2 shares.
+		fields := strings.Fields(strings.Split(strings.TrimSpace(table), "\n")[1])
+		if want := []string{"141Gi", "14Gi", "127Gi", "100%", "50%", "50%", "2", "Healthy"}; strings.Join(fields[2:], " ") != strings.Join(want, " ") {
+			t.Errorf("kubectl vgpu nodes row %v, want node, gpu-0, then %v", fields, want)
+		}
+		pods := kubectlVGPU(t, "pods", "-n", testNS, "-o", "wide")
+		t.Logf("kubectl vgpu pods -n %s -o wide:\n%s", testNS, pods)
+		rows := map[string][]string{}
+		for _, line := range strings.Split(strings.TrimSpace(pods), "\n")[1:] {
+			f := strings.Fields(line)
+			rows[f[0]] = f
+		}
+		for _, s := range shares {
+			// POD CLAIM NODE DEVICE MEMORY CORES REQUEST UUID CONTAINERS
+			f := rows[s.name]
+			if len(f) != 9 || f[1] != s.name || f[3] != "gpu-0" || f[4] != s.memory || f[5] != fmt.Sprintf("%d%%", s.cores) || f[8] != "app" {
+				t.Errorf("kubectl vgpu pods row of %s: %v", s.name, f)
+			}
+		}
+	})
+
+	t.Run("prometheus-fires-the-near-limit-alert", func(t *testing.T) {
+		prom := startPrometheus(t, strings.TrimPrefix(strings.TrimSuffix(metricsURL, "/metrics"), "http://"))
+		start := time.Now()
+		// The rule holds for 1 minute before it fires: a limit that covers it, the scrapes and
+		// the evaluations around it.
+		var firing []promAlert
+		eventually(t, 4*time.Minute, "VGPUContainerNearMemoryLimit firing for obs-a", func() (bool, error) {
+			alerts, err := prom.alerts()
+			if err != nil {
+				return false, err
+			}
+			firing = firing[:0]
+			for _, a := range alerts {
+				if a.Labels["alertname"] == "VGPUContainerNearMemoryLimit" {
+					if a.Labels["pod"] == "obs-b" {
+						t.Fatalf("the alert is %s for obs-b, at 25 %% of its limit: %+v", a.State, a)
+					}
+					if a.State == "firing" {
+						firing = append(firing, a)
+					}
+				}
+			}
+			return len(firing) == 1 && firing[0].Labels["pod"] == "obs-a", fmt.Errorf("alerts %+v", alerts)
+		})
+		t.Logf("fired %v after Prometheus started: %s", time.Since(start).Round(time.Second), firing[0].Annotations["summary"])
+	})
+
+	t.Run("series-vanish-with-the-pods", func(t *testing.T) {
+		for _, s := range shares {
+			deletePod(t, s.name)
+		}
+		eventually(t, defaultTimeout, "the containers' series gone from /metrics", func() (bool, error) {
+			m, err := scrapeMetrics(metricsURL)
+			if err != nil {
+				return false, err
+			}
+			for _, name := range []string{"vgpu_dra_container_memory_used_bytes", "vgpu_dra_container_memory_limit_bytes", "vgpu_dra_container_cores_used_percent", "vgpu_dra_container_memory_refusals_total"} {
+				for _, s := range shares {
+					if _, ok := seriesValue(m, name, map[string]string{"pod": s.name}); ok {
+						return false, fmt.Errorf("%s of %s still there", name, s.name)
+					}
+				}
+			}
+			_, gpuThere := seriesValue(m, "vgpu_dra_gpu_healthy", map[string]string{"device": "gpu-0"})
+			return gpuThere, fmt.Errorf("the GPU's series went too")
+		})
+	})
+}
+
+// cleanupShares deletes the test's pods and claims and waits until the kubelet has unprepared
+// the claims, so the next test finds the GPU whole.
+func cleanupShares(t *testing.T, shares []obsShare) {
+	ctx := context.Background()
+	for _, s := range shares {
+		_ = kube.CoreV1().Pods(testNS).Delete(ctx, s.name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)})
+		_ = kube.ResourceV1().ResourceClaims(testNS).Delete(ctx, s.name, metav1.DeleteOptions{})
+	}
+	eventually(t, defaultTimeout, "the test's claims unprepared", func() (bool, error) {
+		specs, _ := filepathGlob("/var/run/cdi/" + driverName + "-claim_*.json")
+		list, err := kube.ResourceV1().ResourceClaims(testNS).List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0 && len(specs) == 0, fmt.Errorf("claims %d, specs %v, %v", len(list.Items), specs, err)
+	})
+}
+
+// kubectlVGPU runs `kubectl vgpu`: kubectl finds its plugin kubectl-vgpu (make build) on PATH.
+func kubectlVGPU(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "kubectl"), append([]string{"vgpu"}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(repoRoot, "_output", "bin")+":"+os.Getenv("PATH"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl vgpu %s: %v (%s)", strings.Join(args, " "), err, stderrOf(err))
+	}
+	return string(out)
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+func pluginPodIP(t *testing.T) string {
+	t.Helper()
+	var ip string
+	eventually(t, defaultTimeout, "the plugin pod's IP", func() (bool, error) {
+		pods, err := kube.CoreV1().Pods(pluginNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=kubelet-plugin"})
+		if err != nil || len(pods.Items) != 1 {
+			return false, fmt.Errorf("%d plugin pods, %v", len(pods.Items), err)
+		}
+		ip = pods.Items[0].Status.PodIP
+		return ip != "", fmt.Errorf("no pod IP yet")
+	})
+	return ip
+}
+
+func gpuUUID(t *testing.T) string {
+	t.Helper()
+	list, err := kube.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
+	if err != nil || len(list.Items) != 1 || len(list.Items[0].Spec.Devices) != 1 {
+		t.Fatalf("the node's slice: %v", err)
+	}
+	return *list.Items[0].Spec.Devices[0].Attributes["uuid"].StringValue
+}
+
+// scrapeMetrics reads a /metrics endpoint as Prometheus does.
+func scrapeMetrics(url string) (map[string]*dto.MetricFamily, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// seriesValue is the value of the series of name whose labels include want.
+func seriesValue(m map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	for _, s := range m[name].GetMetric() {
+		match := true
+		for _, l := range s.GetLabel() {
+			if v, ok := want[l.GetName()]; ok && v != l.GetValue() {
+				match = false
+			}
+		}
+		if match {
+			return s.GetGauge().GetValue() + s.GetCounter().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// prometheus is a Prometheus server (Debian's package) this test started.
+type prometheus struct {
+	url string
+}
+
+type promAlert struct {
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+	State       string            `json:"state"`
+}
+
+// startPrometheus runs /usr/bin/prometheus scraping target every second with the chart's rule
+// file, evaluated every second, and stops it when the test ends (SIGTERM, SIGKILL after 10 s).
+func startPrometheus(t *testing.T, target string) *prometheus {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatalf("prometheus not found (Debian package prometheus; hack/install-test-deps.sh installs it): %v", err)
+	}
+	dir := t.TempDir()
+	port := freePort(t)
+	rules := filepath.Join(repoRoot, "deployments", "helm", "vgpu-dra", "files", "alerts.yaml")
+	config := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - %s\nscrape_configs:\n  - job_name: vgpu-dra\n    static_configs:\n      - targets: [%q]\n", rules, target)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address=127.0.0.1:"+strconv.Itoa(port), "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start prometheus: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			log, _ := os.ReadFile(logFile.Name())
+			t.Logf("prometheus log:\n%s", log)
+		}
+		logFile.Close()
+	})
+	p := &prometheus{url: "http://127.0.0.1:" + strconv.Itoa(port)}
+	eventually(t, defaultTimeout, "prometheus ready and scraping the plugin", func() (bool, error) {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(logFile.Name())
+			t.Fatalf("prometheus exited:\n%s", log)
+		default:
+		}
+		var r struct {
+			Data struct {
+				ActiveTargets []struct{ Health, LastError string } `json:"activeTargets"`
+			} `json:"data"`
+		}
+		if err := p.get("/api/v1/targets", &r); err != nil {
+			return false, err
+		}
+		return len(r.Data.ActiveTargets) == 1 && r.Data.ActiveTargets[0].Health == "up", fmt.Errorf("targets %+v", r.Data.ActiveTargets)
+	})
+	return p
+}
+
+func (p *prometheus) alerts() ([]promAlert, error) {
+	var r struct {
+		Data struct {
+			Alerts []promAlert `json:"alerts"`
+		} `json:"data"`
+	}
+	err := p.get("/api/v1/alerts", &r)
+	return r.Data.Alerts, err
+}
+
+func (p *prometheus) get(path string, into any) error {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(p.url + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, body)
+	}
+	return json.Unmarshal(body, into)
+}
+
+// freePort is a loopback port nothing listens on right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

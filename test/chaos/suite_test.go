@@ -90,9 +90,10 @@ func (s *suite) pause(ctx context.Context) {
 	}
 }
 
-// pluginPod is the plugin's pod (exactly one on the node).
+// pluginPod is the plugin's pod (exactly one on the node; the webhook's pods share the
+// namespace).
 func (s *suite) pluginPod(ctx context.Context) (*corev1.Pod, error) {
-	list, err := c.Kube.CoreV1().Pods(cluster.PluginNS).List(ctx, metav1.ListOptions{})
+	list, err := c.Kube.CoreV1().Pods(cluster.PluginNS).List(ctx, metav1.ListOptions{LabelSelector: cluster.PluginSelector})
 	if err != nil {
 		return nil, fmt.Errorf("list the plugin's pods: %w", err)
 	}
@@ -146,14 +147,7 @@ func (s *suite) waitPluginServing(ctx context.Context, timeout time.Duration) (f
 	return fig, nil
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, cond := range p.Status.Conditions {
-		if cond.Type == corev1.PodReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+func podReady(p *corev1.Pod) bool { return cluster.PodReady(p) }
 
 // retry calls f until it succeeds, fails with an error retrying cannot cure, or timeout passes:
 // during a fault the API server or the kubelet may not answer for a while.

@@ -27,15 +27,15 @@ import (
 
 // Names the chart and the suites use (contract §1; deployments/helm/vgpu-dra).
 const (
-	DriverName    = "vgpu.dra.dev"
-	PluginNS      = "vgpu-dra"
-	Release       = "vgpu-dra"
-	PluginDS      = Release + "-kubelet-plugin"
-	WebhookName   = Release + "-webhook"
+	DriverName  = "vgpu.dra.dev"
+	PluginNS    = "vgpu-dra"
+	Release     = "vgpu-dra"
+	PluginDS    = Release + "-kubelet-plugin"
+	WebhookName = Release + "-webhook"
 	// Label selectors of the plugin's and the webhook's pods, which share the namespace.
 	PluginSelector  = "app.kubernetes.io/component=kubelet-plugin"
 	WebhookSelector = "app.kubernetes.io/component=webhook"
-	WorkloadImage = "docker.io/vgpu-dra/test-workload:dev"
+	WorkloadImage   = "docker.io/vgpu-dra/test-workload:dev"
 	// StateDir is the chart's default state dir (--state-dir) on the host.
 	StateDir = "/var/lib/vgpu-dra"
 	// PollInterval is how often the suites poll for a condition.

@@ -32,7 +32,7 @@ func TestVGPUProblems(t *testing.T) {
 	wrongName := vgpu("b", podB, "app", dirOf(podB, "app"))
 	wrongName.Env["VGPU_CONTAINER_NAME"] = "other"
 	others := vgpu("b", podB, "app", dirOf(podA, "app")) // pod B running with pod A's directories
-	twice := vgpu("b", podB, "app", dirOf(podB, "app")) // adjusted by two plugin instances
+	twice := vgpu("b", podB, "app", dirOf(podB, "app"))  // adjusted by two plugin instances
 	twice.Repeated = []string{"/tmp/.vgpu_lock"}
 
 	stray := Container{ID: "stray00000000000", Env: map[string]string{"MANAGER_VGPU_CLAIM_UID": claim}, Mounts: map[string]string{}}

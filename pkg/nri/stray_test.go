@@ -84,6 +84,54 @@ func TestSynchronizeStopsStrays(t *testing.T) {
 	}
 }
 
+// TestOnlyTheOwnerStopsStrays: at a handover (contract §14) only the instance that owns the node
+// acts on the runtime's replay. An observer's Synchronize stops nothing, nor does Own, whose view
+// may not hold the adjustment of a container the previous owner created an instant ago; the
+// owner's next Synchronize, a replay the runtime vouches for, does.
+func TestOnlyTheOwnerStopsStrays(t *testing.T) {
+	c := testClaim(claimA, gpu0)
+	f := newFixture(t, c)
+	var mu sync.Mutex
+	var stopped []string
+	f.plugin.cfg.StopProcess = func(_ int, id string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = append(stopped, id)
+		return nil
+	}
+	own := &switchOwnership{}
+	f.plugin.SetOwnership(own, &memDecisions{marked: map[string]bool{}})
+	stray := vgpuContainer("stray", pod(podA), "app", c, true)
+	stray.State, stray.Pid = api.ContainerState_CONTAINER_RUNNING, 11
+	replay := func() {
+		t.Helper()
+		if _, err := f.plugin.Synchronize(context.Background(), []*api.PodSandbox{pod(podA)}, []*api.Container{stray}); err != nil {
+			t.Fatal(err)
+		}
+		f.plugin.cgroupReads.Wait()
+	}
+	stoppedNow := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(stopped)
+	}
+
+	replay()
+	if got := stoppedNow(); len(got) != 0 {
+		t.Fatalf("an observer stopped %v", got)
+	}
+	own.set(true)
+	f.plugin.Own(f.claims)
+	f.plugin.cgroupReads.Wait()
+	if got := stoppedNow(); len(got) != 0 {
+		t.Fatalf("Own stopped %v from its view", got)
+	}
+	replay()
+	if got := stoppedNow(); !slices.Equal(got, []string{"stray"}) {
+		t.Fatalf("the owner's Synchronize stopped %v, want [stray]", got)
+	}
+}
+
 // TestStopContainerProcess kills a real process only when its cgroup names the container.
 func TestStopContainerProcess(t *testing.T) {
 	const id = "3f9a0c2b7e1d4a5f8b6c9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c"

@@ -210,7 +210,7 @@ func (s *suite) containerdFault() fault {
 	}
 }
 
-// kubeletFault: the kubelet restarted, SIGTERM and SIGKILL in turn (hack/chaos/restart-kubelet.sh).
+// kubeletFault: the kubelet restarted, SIGTERM and SIGKILL in turn (hack/cluster-restart-kubelet.sh).
 func (s *suite) kubeletFault() fault {
 	return fault{
 		name: "kubelet-restart", prefix: "kubelet", iterations: s.form.kubeletRestarts,
@@ -221,7 +221,7 @@ func (s *suite) kubeletFault() fault {
 				args = append(args, "--kill")
 			}
 			start := time.Now()
-			if out, err := c.Script("hack/chaos/restart-kubelet.sh", args...); err != nil {
+			if out, err := c.Script("hack/cluster-restart-kubelet.sh", args...); err != nil {
 				return fmt.Errorf("%w: %s", err, out)
 			}
 			fr.r.sample("kubelet back", time.Since(start))

@@ -75,10 +75,12 @@ func (p *Plugin) Own(claims Claims) int {
 	p.mu.Lock()
 	p.claims = claims
 	p.mu.Unlock()
-	pods, ctrs := p.view.snapshot()
+	pods, ctrs, replayed := p.view.snapshot()
 	// Strays are left to the next Synchronize: the view may not hold a just-created container's
-	// adjustment yet.
-	instances, _ := p.rebuild(pods, ctrs)
+	// adjustment yet. An instance that the runtime has not yet replayed its containers to (one
+	// that just started) keeps its cache unsynced: the registry answers RETRY, not NOT_FOUND,
+	// until its first Synchronize (contract §5).
+	instances, _ := p.rebuild(pods, ctrs, replayed)
 	p.logger.Info("Rebuilt the container cache from the runtime's events", "vgpuContainers", len(instances))
 	return len(instances)
 }

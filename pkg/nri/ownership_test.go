@@ -234,3 +234,36 @@ func TestCreateContainerFailsWhenOwnershipIsUndecided(t *testing.T) {
 		t.Errorf("plain container: %v %v", adj, err)
 	}
 }
+
+// TestOwnBeforeTheFirstReplayLeavesTheCacheUnsynced: an instance that owns the node at start-up
+// (its predecessor's pod deleted, the lock free) builds its cache before the runtime has replayed
+// anything to it. The registry must answer RETRY until that replay, never NOT_FOUND for a
+// running container the replay is about to bring (the e2e suite's plugin-pod replacement got
+// NOT_FOUND in that gap).
+func TestOwnBeforeTheFirstReplayLeavesTheCacheUnsynced(t *testing.T) {
+	c := testClaim(claimA, gpu0)
+	f := newFixture(t, c)
+	own := &switchOwnership{owns: true}
+	f.plugin.SetOwnership(own, &memDecisions{marked: map[string]bool{}})
+	f.plugin.Own(f.claims)
+	if f.plugin.Cache().Synced() {
+		t.Fatal("the cache is synced before the runtime replayed its containers: the registry would answer NOT_FOUND")
+	}
+	p := pod(podA)
+	running := vgpuContainer("c1", p, "app", c, true)
+	d := f.dirs(claimA, podA, "app")
+	running.Env = append(running.Env, contract.EnvPodUID+"="+podA, contract.EnvContainerName+"=app")
+	running.Mounts = []*api.Mount{{Source: d.Config, Destination: contract.ContainerConfigDir, Type: "bind"}}
+	running.State, running.Pid = api.ContainerState_CONTAINER_RUNNING, 4242
+	f.fakePID(4242, "0::/kubepods/pod"+podA+"/c1\n")
+	if _, err := f.plugin.Synchronize(context.Background(), []*api.PodSandbox{p}, []*api.Container{running}); err != nil {
+		t.Fatal(err)
+	}
+	f.plugin.cgroupReads.Wait()
+	if !f.plugin.Cache().Synced() {
+		t.Fatal("the cache is not synced after the first Synchronize")
+	}
+	if in, ok := f.plugin.Cache().Lookup(podA, "app"); !ok || in.ContainerID != "c1" {
+		t.Fatalf("lookup after the replay = %+v, %v; want c1", in, ok)
+	}
+}

@@ -30,7 +30,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 	p.view.replace(pods, containers)
 	ownership, _ := p.owner()
 	if ownership.Owns() {
-		instances, strays := p.rebuild(pods, containers)
+		instances, strays := p.rebuild(pods, containers, true)
 		if len(strays) > 0 {
 			// After the answer: a reservation may need an API read (stray.go).
 			p.cgroupReads.Add(1)
@@ -56,11 +56,12 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 }
 
 // rebuild replaces the cache with the vGPU containers among a replay (Synchronize's, or this
-// instance's view when it becomes the owner) and returns them, with the running vGPU containers
+// instance's view when it becomes the owner), marks it synced when the replay is the runtime's
+// (replayed), and returns them, with the running vGPU containers
 // that lack the plugin's adjustment (strays; only a runtime's replay is sure of a container's
 // mounts, so only Synchronize stops them). Running containers get their cgroups: those the cache
 // knew at once, the others read in the background.
-func (p *Plugin) rebuild(pods []*api.PodSandbox, containers []*api.Container) ([]Instance, []stray) {
+func (p *Plugin) rebuild(pods []*api.PodSandbox, containers []*api.Container, replayed bool) ([]Instance, []stray) {
 	byID := make(map[string]*api.PodSandbox, len(pods))
 	for _, pod := range pods {
 		byID[pod.GetId()] = pod
@@ -79,7 +80,7 @@ func (p *Plugin) rebuild(pods []*api.PodSandbox, containers []*api.Container) ([
 		}
 	}
 	unknown := p.keepKnownCgroups(instances)
-	p.cache.replace(instances)
+	p.cache.replace(instances, replayed)
 	p.metrics.CacheEntries.Set(float64(len(instances)))
 	if len(unknown) > 0 {
 		p.cgroupReads.Add(1)

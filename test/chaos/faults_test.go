@@ -66,6 +66,10 @@ var restartCauses = []*regexp.Regexp{
 	// with it yet, so until the plugin has registered and published again the scheduler finds
 	// no device for a new claim (the scheduler's wording).
 	regexp.MustCompile(`^event FailedScheduling: 0/1 nodes are available: 1 cannot allocate all claims`),
+	// A starting kubelet reports the node NotReady until its runtime checks pass, and the node
+	// lifecycle controller taints it node.kubernetes.io/not-ready meanwhile (the scheduler's
+	// wording; kubectl describe node names the taint).
+	regexp.MustCompile(`^event FailedScheduling: 0/1 nodes are available: 1 node\(s\) had untolerated taint\(s\)`),
 }
 
 // faults are the suite's faults, in the order they run.

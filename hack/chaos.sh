@@ -53,6 +53,7 @@ main() {
   esac
   require_root
   take_suite_lock
+  start=${SECONDS} # the run time, not the wait for another suite's cluster
   # Once, here (as hack/e2e.sh does): make chaos does not depend on cluster-bins, and
   # cluster-up.sh runs directly, so the build lock is not waited on twice.
   "${HACK_DIR}/build-cluster-bins.sh"

@@ -202,6 +202,10 @@ func (s *suite) containerdFault() fault {
 			// bare gRPC transport error (its wording, under CreateContainerError or
 			// RunContainerError).
 			regexp.MustCompile(`^container (CreateContainerError|RunContainerError): error reading from server: EOF$`),
+			// The kubelet's event for an image it could not inspect while containerd was down
+			// carries only the reason; the container's waiting message beside it, checked too,
+			// names containerd's socket.
+			regexp.MustCompile(`^event Failed: Error: ImageInspectError$`),
 		},
 		inject: func(fr *faultRun, _ int) error {
 			start := time.Now()

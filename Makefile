@@ -8,7 +8,7 @@ GO_PACKAGES := ./...
 export TMPDIR ?= /tmp
 
 .PHONY: all build test-deps test test-go test-tools test-monitoring test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz fuzz-long bench bench-go bench-library bench-compare bench-throughput bench-summary clean
-.PHONY: cluster-bins cluster-up cluster-down e2e demo bench-webhook
+.PHONY: cluster-bins cluster-up cluster-down e2e chaos chaos-short demo bench-webhook
 
 all: build
 
@@ -63,12 +63,14 @@ test-library-debug:
 test-library-asan:
 	$(call library_ctest,$(LIBRARY_ASAN_BUILD),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DVGPU_SANITIZE=ON)
 
-## lint: gofmt, go vet, go.mod/go.sum tidy (product and hack/tools), README package map up to date.
+## lint: gofmt, go vet (also the cluster suites behind their build tags), go.mod/go.sum tidy
+## (product and hack/tools), README package map up to date.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(GO_PACKAGES)
 	$(GO) vet -tags e2e ./test/e2e/
 	$(GO) vet -tags benchcompare ./test/benchcompare/
+	$(GO) vet -tags chaos ./test/chaos/
 	hack/check-readme-layout.sh
 	@for m in . hack/tools; do \
 	  if ! out=$$(cd $$m && GOFLAGS= $(GO) mod tidy -diff 2>&1); then \
@@ -145,6 +147,16 @@ cluster-down:
 ## test/e2e, cluster down (always). Needs root.
 e2e:
 	hack/e2e.sh
+
+## chaos: the chaos suite in full (test/chaos, build tag chaos): faults injected while vGPU pods
+## churn, invariants checked, a summary table printed. Cluster bins (once), cluster up with the
+## suite's settings, cluster down (always). Needs root. Run time: hack/README.md, "The chaos suite".
+chaos:
+	hack/chaos.sh full
+
+## chaos-short: a few iterations of each fault, about 10 minutes (CI, after make e2e).
+chaos-short:
+	hack/chaos.sh short
 
 ## bench-webhook: admission latency of a vGPU pod through the webhook, on the local cluster
 ## (up, chart, BenchmarkWebhookAdmission in test/e2e, down). Needs root; figures: docs/performance.md.

@@ -18,8 +18,6 @@ readonly NAMESPACE=vgd-smoke
 # Default: the driver name of docs/design/contract.md §1; any absent plugin name proves the same.
 readonly REQUIRED_PLUGIN="${REQUIRED_PLUGIN:-vgpu.dra.dev}"
 
-kubectl_admin() { "${CLUSTER_BIN}/kubectl" --kubeconfig "${KUBECONFIG_ADMIN}" "$@"; }
-
 cleanup() {
   kubectl_admin delete namespace "${NAMESPACE}" --wait=false >/dev/null 2>&1 || true
 }

@@ -194,9 +194,20 @@ main() {
 # systemd node (where / is mounted shared): the plugin mounts a tmpfs per claim below it with
 # Bidirectional propagation, which containerd refuses on a private mount ("is not a shared
 # mount"); this machine's / is private. cluster-down unmounts it like every mount it made.
+#
+# With VGPU_DRA_STATE_DIR_SIZE (the chaos suite) the state dir is a file system of its own of
+# that size instead (a tmpfs with STATE_DIR_INODES inodes), standing for a small disk partition:
+# the suite fills it to see Prepare fail cleanly. The plugin must find it there before it starts.
+readonly STATE_DIR_INODES=4096
 share_plugin_state_dir() {
   mkdir -p "${PLUGIN_STATE_DIR}"
-  mount --bind "${PLUGIN_STATE_DIR}" "${PLUGIN_STATE_DIR}"
+  if [[ -n "${VGPU_DRA_STATE_DIR_SIZE:-}" ]]; then
+    mount -t tmpfs -o "size=${VGPU_DRA_STATE_DIR_SIZE},nr_inodes=${STATE_DIR_INODES},mode=0755" \
+      vgd-state "${PLUGIN_STATE_DIR}"
+    log "the plugin's state dir is a ${VGPU_DRA_STATE_DIR_SIZE} tmpfs (${STATE_DIR_INODES} inodes)"
+  else
+    mount --bind "${PLUGIN_STATE_DIR}" "${PLUGIN_STATE_DIR}"
+  fi
   mount --make-rshared "${PLUGIN_STATE_DIR}"
 }
 

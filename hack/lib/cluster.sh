@@ -78,6 +78,11 @@ readonly WATCHED_SYSCTLS=(
 readonly CHAIN_PATTERN='^(KUBE-|CNI-)'
 readonly IPTABLES_TABLES=(filter nat mangle raw)
 
+# kubectl_admin and ctr_k8s run the cluster's own kubectl (as cluster-admin) and ctr (in the CRI
+# namespace; ctr needs the socket's absolute path).
+kubectl_admin() { "${CLUSTER_BIN}/kubectl" --kubeconfig "${KUBECONFIG_ADMIN}" "$@"; }
+ctr_k8s() { "${CLUSTER_BIN}/ctr" -a "${CONTAINERD_SOCKET}" -n k8s.io "$@"; }
+
 log() { printf '[%s %s] %s\n' "${LOG_NAME:-cluster}" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 

@@ -147,6 +147,15 @@ evictionHard:
 containerLogMaxSize: 10Mi
 containerLogMaxFiles: 2
 EOF
+  # The chaos suite kills the plugin a hundred times: with the default back-off (10 s doubling to
+  # 5 min) the kubelet would soon wait minutes before each restart. Only how soon it restarts
+  # changes (KubeletCrashLoopBackOffMax, beta and on since 1.35).
+  if [[ -n "${VGPU_DRA_KUBELET_MAX_RESTART_PERIOD:-}" ]]; then
+    cat >>"${CONFIG_DIR}/kubelet.yaml" <<EOF
+crashLoopBackOff:
+  maxContainerRestartPeriod: ${VGPU_DRA_KUBELET_MAX_RESTART_PERIOD}
+EOF
+  fi
 }
 
 # write_kube_proxy_config: iptables mode, told not to touch conntrack or route_localnet sysctls

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Starting cluster components: shared by cluster-up.sh and the fault-injection scripts of the
-# e2e suite (cluster-restart-containerd.sh, cluster-restart-kubelet.sh). Sourced after
-# lib/cluster.sh.
+# e2e and chaos suites (cluster-restart-containerd.sh, cluster-restart-kubelet.sh, hack/chaos/).
+# Sourced after lib/cluster.sh.
 
 # How long one component may take to become healthy on a loaded two-core machine.
 STARTUP_TIMEOUT_S="${VGPU_DRA_STARTUP_TIMEOUT_S:-120}"
@@ -48,13 +48,14 @@ start_containerd() {
   wait_until containerd "containerd is serving" "${CLUSTER_BIN}/ctr" -a "${CONTAINERD_SOCKET}" version
 }
 
-kubectl_admin() { "${CLUSTER_BIN}/kubectl" --kubeconfig "${KUBECONFIG_ADMIN}" "$@"; }
-
+# node_ready: the API server reports the node Ready.
 node_ready() {
   [[ "$(kubectl_admin get node "${NODE_NAME}" \
     -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]]
 }
 
+# start_kubelet IP starts the kubelet with the configuration cluster-up wrote and waits until it
+# is healthy and its node Ready.
 start_kubelet() {
   local ip="$1"
   mkdir -p "${KUBELET_DIR}"

@@ -6,8 +6,6 @@
 # What the kubelet and its runtime change on this VM, and therefore what is undone here, is listed
 # in hack/README.md, "Facts of this project's machines", under "Pitfalls that cost hours".
 
-ctr_k8s() { "${CLUSTER_BIN}/ctr" -a "${CONTAINERD_SOCKET}" -n k8s.io "$@"; }
-
 # remove_pod_containers kills and deletes every container and sandbox through containerd while it
 # still runs, so that the shims exit and release their mounts. The kubelet is already stopped and
 # cannot restart them.

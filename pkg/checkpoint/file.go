@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -171,6 +172,20 @@ func decode(path string, content []byte) (Data, error) {
 		return corrupt("a %s file holds an admin-access device, which only %s can record", VersionV1, VersionV2)
 	}
 	return d, nil
+}
+
+// ReadFile reads and checks the checkpoint at path without changing anything on disk — unlike
+// Open, which removes the temporary files of a write that a crash interrupted, and would remove
+// a running plugin's: it is for tools and tests that look at the file while a plugin writes it.
+// Unlike Load, a missing file is an error (fs.ErrNotExist): a checker must not take a file that
+// is gone for an empty node. A file that cannot be trusted is a *CorruptError, one of a newer
+// format a *VersionError.
+func ReadFile(path string) (Data, error) {
+	content, err := os.ReadFile(path)
+	if err != nil {
+		return Data{}, fmt.Errorf("read checkpoint: %w", err)
+	}
+	return decode(path, content)
 }
 
 // isNewer reports whether version is "v<N>" with N above every version this package reads.

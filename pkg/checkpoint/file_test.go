@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/crc32"
+	"io/fs"
 	"maps"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -164,7 +166,37 @@ func TestOpenCorrupt(t *testing.T) {
 			if got := readFile(t, path); !bytes.Equal(got, damaged) {
 				t.Error("Open changed the corrupt file")
 			}
+			if _, err := ReadFile(path); !errors.As(err, &ce) || !strings.Contains(ce.Reason, tt.wantReason) {
+				t.Errorf("ReadFile = %v, want a *CorruptError saying %q", err, tt.wantReason)
+			}
 		})
+	}
+}
+
+// TestReadFileLeavesTheDirectoryAlone: ReadFile returns what Open loads, and, unlike Open, does
+// not remove a temporary file a writer may be busy with.
+func TestReadFileLeavesTheDirectoryAlone(t *testing.T) {
+	path := checkpointPath(t)
+	s := openStore(t, path)
+	if err := s.Update(putClaim(uidA, fullClaim())); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-in-flight")
+	if err := os.WriteFile(tmp, []byte("half written"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := s.Snapshot(); !reflect.DeepEqual(got, want) {
+		t.Errorf("ReadFile = %+v, want %+v", got, want)
+	}
+	if _, err := os.Stat(tmp); err != nil {
+		t.Errorf("ReadFile touched the directory: %v", err)
+	}
+	if _, err := ReadFile(filepath.Join(t.TempDir(), "missing.json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadFile of a missing file = %v, want fs.ErrNotExist", err)
 	}
 }
 

@@ -20,7 +20,10 @@ type NRIMetrics struct {
 	Rejections   *metrics.CounterVec
 	// Failures counts containers the plugin failed (collisions, invariant, errors), by hook, and
 	// cleanup errors, which are logged and counted but never fail the CRI call.
-	Failures     *metrics.CounterVec
+	Failures *metrics.CounterVec
+	// Stops counts vGPU containers the plugin stopped because the runtime had created them
+	// without its adjustment (contract §4, "When the plugin does not answer").
+	Stops        *metrics.Counter
 	Connected    *metrics.Gauge
 	Reconnects   *metrics.Counter
 	CacheEntries *metrics.Gauge
@@ -50,6 +53,11 @@ func NewNRIMetrics(reg metrics.KubeRegistry) *NRIMetrics {
 			Help:           "Errors in NRI hooks, by hook: failed containers in create_container, cleanup errors elsewhere.",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"hook"}),
+		Stops: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace: Namespace, Name: "nri_stops_total",
+			Help:           "vGPU containers stopped because the runtime had created them without the plugin's adjustment (the plugin did not answer their CreateContainer).",
+			StabilityLevel: metrics.ALPHA,
+		}),
 		Connected: metrics.NewGauge(&metrics.GaugeOpts{
 			Namespace: Namespace, Name: "nri_connected",
 			Help:           "1 while the NRI plugin is registered with the runtime and synchronized, else 0.",
@@ -66,6 +74,6 @@ func NewNRIMetrics(reg metrics.KubeRegistry) *NRIMetrics {
 			StabilityLevel: metrics.ALPHA,
 		}),
 	}
-	reg.MustRegister(m.HookDuration, m.Injections, m.Rejections, m.Failures, m.Connected, m.Reconnects, m.CacheEntries)
+	reg.MustRegister(m.HookDuration, m.Injections, m.Rejections, m.Failures, m.Stops, m.Connected, m.Reconnects, m.CacheEntries)
 	return m
 }

@@ -84,7 +84,7 @@ func BenchmarkSynchronize10k(b *testing.B) {
 		for range 5 {
 			f.plugin.cgroupReads.Wait() // the last run's background reads, untimed
 			if cold {
-				f.plugin.cache.replace(nil)
+				f.plugin.cache.replace(nil, true)
 			}
 			start := time.Now()
 			if _, err := f.plugin.Synchronize(ctx, pods, ctrs); err != nil {

@@ -263,9 +263,9 @@ func (c *Cache) learn(in Instance) bool {
 	return true
 }
 
-// replace swaps the whole content for instances (in creation order) and marks the cache
-// synced.
-func (c *Cache) replace(instances []Instance) {
+// replace swaps the whole content for instances (in creation order) and, when synced, marks
+// the cache synced (it never unmarks it).
+func (c *Cache) replace(instances []Instance, synced bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.byID = make(map[string]*entry, len(instances))
@@ -274,5 +274,7 @@ func (c *Cache) replace(instances []Instance) {
 		c.insertLocked(in)
 	}
 	c.generation++
-	c.synced.Store(true)
+	if synced {
+		c.synced.Store(true)
+	}
 }

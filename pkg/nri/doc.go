@@ -50,6 +50,10 @@
 //     library then refuses to run unlimited, and CreateContainer undoes any directory it made
 //     after its deadline.
 //
+// A container created without the adjustment all the same (the plugin died or timed out under
+// its CreateContainer) is stopped at the next Synchronize when the plugin would have adjusted
+// it (stray.go); the kubelet creates it again.
+//
 // Cleanup hooks never return errors, so they fail a CRI call only if they time out under
 // FailRequest; the kubelet retries those calls.
 package nri

@@ -81,13 +81,16 @@ func (p *Plugin) Own(claims Claims) int {
 	p.mu.Unlock()
 	p.ownMu.Lock()
 	defer p.ownMu.Unlock()
-	if !p.view.replayed() {
+	pods, ctrs, replayed := p.view.snapshot()
+	if !replayed {
+		// The runtime's first Synchronize builds the cache, whatever the ownership says when
+		// it arrives.
 		p.ownOnSync = true
 		p.logger.Info("Owning the node before the runtime synchronized with this instance: the container cache waits for its Synchronize")
-		return 0
 	}
-	pods, ctrs := p.view.snapshot()
-	instances := p.rebuild(pods, ctrs)
+	// Strays are left to the next Synchronize: the view may not hold a just-created container's
+	// adjustment yet.
+	instances, _ := p.rebuild(pods, ctrs, replayed)
 	p.logger.Info("Rebuilt the container cache from the runtime's events", "vgpuContainers", len(instances))
 	return len(instances)
 }

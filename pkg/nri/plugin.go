@@ -33,6 +33,10 @@ type Config struct {
 	// of its results (--gpu-injection=env): the results' CDI devices each name one GPU, and
 	// CDI keeps one value of a variable (contract §3, §4).
 	SetNvidiaVisibleDevices bool
+	// StopProcess stops a vGPU container that the runtime created without the plugin's
+	// adjustment (stray.go), given its init PID and container ID; StopContainerProcess over
+	// ProcRoot when nil.
+	StopProcess func(pid int, containerID string) error
 }
 
 // Plugin implements the NRI hooks (the stub's handler interfaces). One Plugin serves every
@@ -48,7 +52,8 @@ type Plugin struct {
 	logger  klog.Logger
 	// inflight counts hook calls in progress; Supervisor.Drain waits for it.
 	inflight inflight
-	// cgroupReads tracks the background reads of cgroups after a Synchronize.
+	// cgroupReads tracks the background work after a Synchronize: reading cgroups, stopping
+	// strays.
 	cgroupReads sync.WaitGroup
 
 	mu        sync.Mutex
@@ -74,6 +79,10 @@ func NewPlugin(cfg Config, claims Claims, m *metrics.NRIMetrics, logger klog.Log
 	}
 	if cfg.DriverName == "" {
 		cfg.DriverName = contract.DefaultDriverName
+	}
+	if cfg.StopProcess == nil {
+		procRoot := cfg.ProcRoot
+		cfg.StopProcess = func(pid int, containerID string) error { return StopContainerProcess(procRoot, pid, containerID) }
 	}
 	return &Plugin{cfg: cfg, claims: claims, cache: NewCache(), view: newRuntimeView(), metrics: m, logger: logger,
 		ownership: soleOwner{}, decisions: noDecisions{}}

@@ -16,7 +16,9 @@ import (
 
 // Synchronize rebuilds the cache from the containers the runtime replays, with no API reads
 // (it runs under the runtime's request timeout), marks it synced, and removes the directories
-// of containers the runtime no longer has (contract §4). It returns no updates.
+// of containers the runtime no longer has (contract §4). Running vGPU containers that the
+// runtime created without the plugin's adjustment are stopped after it answers (stray.go). It
+// returns no updates.
 //
 // A replayed container is ours when its env carries a claim UID and our identity env for its
 // own pod and name, the claim is prepared on the NRI path, and its mounts include its config
@@ -32,9 +34,17 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 	p.ownOnSync = false
 	p.ownMu.Unlock()
 	if owns {
-		instances := p.rebuild(pods, containers)
+		instances, strays := p.rebuild(pods, containers, true)
+		if len(strays) > 0 {
+			// After the answer: a reservation may need an API read (stray.go).
+			p.cgroupReads.Add(1)
+			go func() {
+				defer p.cgroupReads.Done()
+				p.stopStrays(strays)
+			}()
+		}
 		removed := p.removeStaleDirs(instances)
-		p.logger.Info("Synchronized with the NRI runtime", "pods", len(pods), "containers", len(containers), "vgpuContainers", len(instances), "staleDirsRemoved", removed)
+		p.logger.Info("Synchronized with the NRI runtime", "pods", len(pods), "containers", len(containers), "vgpuContainers", len(instances), "staleDirsRemoved", removed, "strays", len(strays))
 	} else {
 		// An observer decides nothing and removes nothing: the owner's cache is the node's.
 		p.logger.Info("Synchronized with the NRI runtime as an observer", "pods", len(pods), "containers", len(containers), "vgpuContainers", p.view.len())
@@ -50,9 +60,12 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 }
 
 // rebuild replaces the cache with the vGPU containers among a replay (Synchronize's, or this
-// instance's view when it becomes the owner) and returns them. Running containers get their
-// cgroups: those the cache knew at once, the others read in the background.
-func (p *Plugin) rebuild(pods []*api.PodSandbox, containers []*api.Container) []Instance {
+// instance's view when it becomes the owner), marks it synced when the replay is the runtime's
+// (replayed), and returns them, with the running vGPU containers
+// that lack the plugin's adjustment (strays; only a runtime's replay is sure of a container's
+// mounts, so only Synchronize stops them). Running containers get their cgroups: those the cache
+// knew at once, the others read in the background.
+func (p *Plugin) rebuild(pods []*api.PodSandbox, containers []*api.Container, replayed bool) ([]Instance, []stray) {
 	byID := make(map[string]*api.PodSandbox, len(pods))
 	for _, pod := range pods {
 		byID[pod.GetId()] = pod
@@ -61,13 +74,17 @@ func (p *Plugin) rebuild(pods []*api.PodSandbox, containers []*api.Container) []
 	containers = slices.Clone(containers)
 	slices.SortStableFunc(containers, func(a, b *api.Container) int { return cmp.Compare(a.GetCreatedAt(), b.GetCreatedAt()) })
 	var instances []Instance
+	var strays []stray
 	for _, ctr := range containers {
-		if in, ok := p.replayed(byID[ctr.GetPodSandboxId()], ctr); ok {
+		pod := byID[ctr.GetPodSandboxId()]
+		if in, ok := p.replayed(pod, ctr); ok {
 			instances = append(instances, in)
+		} else if s, ok := p.strayOf(pod, ctr); ok {
+			strays = append(strays, s)
 		}
 	}
 	unknown := p.keepKnownCgroups(instances)
-	p.cache.replace(instances)
+	p.cache.replace(instances, replayed)
 	p.metrics.CacheEntries.Set(float64(len(instances)))
 	if len(unknown) > 0 {
 		p.cgroupReads.Add(1)
@@ -76,7 +93,7 @@ func (p *Plugin) rebuild(pods []*api.PodSandbox, containers []*api.Container) []
 			p.readCgroups(unknown)
 		}()
 	}
-	return instances
+	return instances, strays
 }
 
 // replayed turns a replayed container into a cache instance when it is ours.

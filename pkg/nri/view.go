@@ -17,9 +17,9 @@ type runtimeView struct {
 	mu   sync.Mutex
 	pods map[string]*api.PodSandbox // by sandbox ID
 	ctrs map[string]*api.Container  // vGPU containers by ID
-	// synchronized: a Synchronize's replay reached this instance. Until then the view is
-	// empty whatever the node runs, and a cache built from it would answer NOT_FOUND.
-	synchronized bool
+	// replayed is set by the first Synchronize: before it the view holds at most the events of
+	// a connection the runtime has not yet replayed its containers to.
+	replayed bool
 }
 
 func newRuntimeView() *runtimeView {
@@ -33,9 +33,9 @@ func isVGPU(ctr *api.Container) bool { return parseEnv(ctr.GetEnv()).claimUID !=
 func (v *runtimeView) replace(pods []*api.PodSandbox, ctrs []*api.Container) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.synchronized = true
 	v.pods = make(map[string]*api.PodSandbox, len(pods))
 	v.ctrs = map[string]*api.Container{}
+	v.replayed = true
 	for _, c := range ctrs {
 		if isVGPU(c) {
 			v.ctrs[c.GetId()] = c
@@ -100,8 +100,9 @@ func (v *runtimeView) podStopped(pod *api.PodSandbox) {
 }
 
 // snapshot returns the view as a replay: pods and containers (in no particular order; the
-// rebuild sorts them).
-func (v *runtimeView) snapshot() ([]*api.PodSandbox, []*api.Container) {
+// rebuild sorts them), and whether the runtime has replayed its containers to this instance yet
+// (a view without a replay is no account of the node).
+func (v *runtimeView) snapshot() ([]*api.PodSandbox, []*api.Container, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	// Copies: later events change the view's containers in place.
@@ -122,14 +123,7 @@ func (v *runtimeView) snapshot() ([]*api.PodSandbox, []*api.Container) {
 		}
 		return 0
 	})
-	return pods, ctrs
-}
-
-// replayed reports whether a Synchronize's replay has reached this instance.
-func (v *runtimeView) replayed() bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.synchronized
+	return pods, ctrs, v.replayed
 }
 
 // len is the number of vGPU containers in the view.

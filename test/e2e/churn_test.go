@@ -13,15 +13,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vgpu-dra/vgpu-dra/test/cluster"
 )
 
 // TestChurnAcrossPluginRestarts: vGPU pods are created, used and deleted, several at a time,
 // while the plugin pod is deleted (SIGTERM) and while a helm upgrade rolls it; containerd's
 // own view is inspected throughout. No vGPU container may ever run without its per-container
-// mounts and identity (before the plugin drained NRI on shutdown, 1 of 57 annotated pods did
-// during a helm upgrade: containerd's NRI 0.12.3 creates the container when the plugin's
-// connection closes under the request), every pod must end up running, and the library in each
-// must register and allocate within its claim.
+// mounts and identity, or with another container's (before the plugin drained NRI on
+// shutdown, 1 of 57 annotated pods did during a helm upgrade: containerd's NRI 0.12.3 creates
+// the container when the plugin's connection closes under the request), every pod must end up
+// running, and the library in each must register and allocate within its claim.
 func TestChurnAcrossPluginRestarts(t *testing.T) {
 	ensureNamespace(t)
 	installChart(t)
@@ -37,17 +39,18 @@ func TestChurnAcrossPluginRestarts(t *testing.T) {
 		failures   []string
 	)
 	checkerDone := make(chan struct{})
+	rt := c.Runtime()
 	go func() {
 		defer close(checkerDone)
 		for ctx.Err() == nil {
-			list, err := runningContainers()
+			list, err := rt.Running(ctx)
 			mu.Lock()
-			if err != nil && checkErr == nil {
+			if err != nil && checkErr == nil && ctx.Err() == nil {
 				checkErr = err
 			}
 			if err == nil {
 				checks++
-				for _, v := range unadjustedVGPUContainers(list) {
+				for _, v := range cluster.VGPUProblems(list, cluster.StateDir) {
 					violations[v] = true
 				}
 			}

@@ -18,6 +18,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vgpu-dra/vgpu-dra/test/cluster"
 )
 
 // nextPluginImageTag is the tag of the plugin image built a second time (hack/images.sh
@@ -49,14 +51,15 @@ func TestUpgradeWithoutGap(t *testing.T) {
 		failures   []string
 	)
 	checkerDone := make(chan struct{})
+	rt := c.Runtime()
 	go func() {
 		defer close(checkerDone)
 		for ctx.Err() == nil {
-			list, err := runningContainers()
+			list, err := rt.Running(ctx)
 			mu.Lock()
 			if err == nil {
 				checks++
-				for _, v := range append(unadjustedVGPUContainers(list), duplicateVGPUMounts(list)...) {
+				for _, v := range cluster.VGPUProblems(list, cluster.StateDir) {
 					violations[v] = true
 				}
 			}

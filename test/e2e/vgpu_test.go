@@ -17,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vgpu-dra/vgpu-dra/test/cluster"
 )
 
 // TestVGPU walks the scenarios of issue 6 in order on one install: each builds on the state
@@ -286,7 +288,7 @@ func TestVGPU(t *testing.T) {
 		claim := createClaim(t, claimFor("no-plugin", "1Gi", 5))
 		p := vgpuPod("no-plugin", "no-plugin")
 		p.Spec.InitContainers = []corev1.Container{{
-			Name: "wait", Image: workloadImage, ImagePullPolicy: corev1.PullNever,
+			Name: "wait", Image: cluster.WorkloadImage, ImagePullPolicy: corev1.PullNever,
 			Command: []string{"sh", "-c", "until [ -e /tmp/go ]; do sleep 0.2; done"},
 		}}
 		created, err := kube.CoreV1().Pods(testNS).Create(ctx, p, metav1.CreateOptions{})

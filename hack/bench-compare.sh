@@ -99,7 +99,7 @@ main() {
     done
   fi
   # make bench prints one table of every target at its end; alone, the rows measured here.
-  if [[ -z "${BENCH_COMPARE_NO_SUMMARY:-}" ]]; then
+  if [[ -z "${BENCH_COMPARE_NO_SUMMARY:-}" && "${out}" == */compare.txt ]]; then
     (cd "${REPO_ROOT}/hack/tools" && go run ./cmd/benchsummary -measured-only -targets ../bench-targets.txt "${out}")
   fi
 }

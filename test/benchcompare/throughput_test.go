@@ -130,7 +130,13 @@ func podsPerSecond(b *testing.B, kube kubernetes.Interface, ns string, vgpu bool
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
+	// The API server's ServiceAccount admission refuses a pod whose service account does not
+	// exist, and no controller-manager here runs the controller that makes "default".
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app"}},
+		AutomountServiceAccountToken: ptr.To(false),
 		// The fake nodes are not Ready for long (no kubelet renews them); nothing evicts here,
 		// but the scheduler must not refuse them for a taint either.
 		Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}}

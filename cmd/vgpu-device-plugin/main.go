@@ -50,13 +50,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if err := f.common.Complete(); err != nil {
+	if help, err := f.common.ParseAndComplete(fs, args); help || err != nil {
 		return err
 	}
 	cfg, err := f.config()

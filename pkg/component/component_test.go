@@ -125,3 +125,33 @@ current-context: c
 	}
 	return path
 }
+
+// TestParseAndComplete: --help is not an error and runs nothing; an unknown flag and a bad value
+// are errors that name them. (A good set is left to the commands' tests: Complete applies the
+// logging configuration, once per process.)
+func TestParseAndComplete(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		help     bool
+		contains string
+	}{
+		{args: []string{"--help"}, help: true},
+		{args: []string{"--no-such-flag"}, contains: "no-such-flag"},
+		{args: []string{"--kube-api-qps=0"}, contains: "--kube-api-qps"},
+	} {
+		o, err := NewOptions("test-binary", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		o.AddFlags(fs)
+		help, err := o.ParseAndComplete(fs, tc.args)
+		if help != tc.help {
+			t.Errorf("%v: help = %v, want %v", tc.args, help, tc.help)
+		}
+		if tc.contains == "" && err != nil || tc.contains != "" && (err == nil || !strings.Contains(err.Error(), tc.contains)) {
+			t.Errorf("%v: error %v, want one naming %q", tc.args, err, tc.contains)
+		}
+	}
+}

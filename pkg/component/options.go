@@ -97,6 +97,19 @@ func (o *Options) Complete() error {
 	return nil
 }
 
+// ParseAndComplete parses args into fs (which carries these options' flags) and completes the
+// options. help is true when the user asked for --help: the usage was printed and the command
+// should exit 0 without running.
+func (o *Options) ParseAndComplete(fs *pflag.FlagSet, args []string) (help bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return true, nil
+		}
+		return false, err
+	}
+	return false, o.Complete()
+}
+
 // HealthAddress is ":<port>", or "" when the health endpoint is disabled.
 func (o *Options) HealthAddress() string {
 	if o.HealthPort < 0 {

@@ -202,6 +202,8 @@ func (s *suite) containerdFault() fault {
 			// bare gRPC transport error (its wording, under CreateContainerError or
 			// RunContainerError).
 			regexp.MustCompile(`^container (CreateContainerError|RunContainerError): error reading from server: EOF$`),
+			// The same cut as the kubelet's Failed event of the pod (seen in CI at 298fd15).
+			regexp.MustCompile(`^event Failed: Error: error reading from server: EOF$`),
 			// The kubelet's event for an image it could not inspect while containerd was down
 			// carries only the reason; the container's waiting message beside it, checked too,
 			// names containerd's socket.

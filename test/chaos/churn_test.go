@@ -203,7 +203,9 @@ func (s *suite) waitRunning(ctx context.Context, r *run, name string, created ti
 		if err == nil {
 			last = p
 			for _, st := range p.Status.ContainerStatuses {
-				if w := st.State.Waiting; w != nil && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
+				// A waiting state with neither reason nor message (the kubelet's status right after
+				// a node reboot) shows a user nothing.
+				if w := st.State.Waiting; w != nil && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" && (w.Reason != "" || w.Message != "") {
 					r.sawUserError("container "+w.Reason, w.Message)
 				}
 			}

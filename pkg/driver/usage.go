@@ -2,39 +2,22 @@ package driver
 
 import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
+	"github.com/vgpu-dra/vgpu-dra/pkg/usage"
 )
-
-// GPUState is one GPU of the node as the metrics show it: what is published, what the
-// prepared claims take of it, and its health.
-type GPUState struct {
-	UUID string
-	// Device is the published device name, gpu-<index>.
-	Device string
-	// PublishedMemory is the memory capacity in the ResourceSlice (total minus the reserve).
-	PublishedMemory int64
-	// AllocatedMemory and AllocatedCores are the sums over the prepared claims' results on
-	// this GPU; a result that takes the whole GPU counts as all of it.
-	AllocatedMemory int64
-	AllocatedCores  int64
-	// Shares is the number of prepared allocation results on this GPU (admin access not counted).
-	Shares int
-	// Healthy is false from a health event until the GPU is marked healthy again.
-	Healthy bool
-}
 
 // PublishedCores is every GPU's cores capacity: 100 percent of its SMs (contract §2).
 const PublishedCores = coresTotal
 
-// GPUStates returns every GPU of the node, in index order, with the claims prepared on it
-// (every checkpoint entry, half-prepared ones included: their capacity is taken). It reads one
-// checkpoint snapshot and takes no lock a Prepare holds.
-func (d *Driver) GPUStates() []GPUState {
+// GPUStates returns every GPU of the node in index order, in the usage sampler's terms, with the
+// claims prepared on it (every checkpoint entry, half-prepared ones included: their capacity is
+// taken). It reads one checkpoint snapshot and takes no lock a Prepare holds.
+func (d *Driver) GPUStates() []usage.GPU {
 	snap := d.deps.Checkpoint.Snapshot()
-	out := make([]GPUState, len(d.devices))
+	out := make([]usage.GPU, len(d.devices))
 	pos := make(map[string]int, len(d.devices))
 	for i, g := range d.devices {
 		_, bad := d.health.unhealthy(g.UUID)
-		out[i] = GPUState{UUID: g.UUID, Device: DeviceName(g.Index), PublishedMemory: publishedMemory(g, d.cfg.MemoryReserve), Healthy: !bad}
+		out[i] = usage.GPU{UUID: g.UUID, Device: DeviceName(g.Index), PublishedMemory: publishedMemory(g, d.cfg.MemoryReserve), Healthy: !bad}
 		pos[g.UUID] = i
 	}
 	for _, c := range snap.Claims {

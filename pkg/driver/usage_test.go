@@ -8,6 +8,7 @@ import (
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
+	"github.com/vgpu-dra/vgpu-dra/pkg/usage"
 )
 
 // TestGPUStates sums the prepared claims per GPU as the metrics show them: a whole-GPU result
@@ -19,11 +20,11 @@ func TestGPUStates(t *testing.T) {
 		name      string
 		claims    map[string]checkpoint.Claim
 		unhealthy string
-		want      []GPUState
+		want      []usage.GPU
 	}{
 		{
 			name: "nothing prepared",
-			want: []GPUState{
+			want: []usage.GPU{
 				{UUID: uuidGPU0, Device: "gpu-0", PublishedMemory: published, Healthy: true},
 				{UUID: uuidGPU1, Device: "gpu-1", PublishedMemory: published, Healthy: true},
 			},
@@ -41,7 +42,7 @@ func TestGPUStates(t *testing.T) {
 				"monitor": {State: checkpoint.PrepareCompleted, Devices: []checkpoint.Device{{Device: "gpu-0", GPUUUID: uuidGPU0, AdminAccess: true}}},
 			},
 			unhealthy: uuidGPU1,
-			want: []GPUState{
+			want: []usage.GPU{
 				{UUID: uuidGPU0, Device: "gpu-0", PublishedMemory: published, AllocatedMemory: 14 * gib, AllocatedCores: 50, Shares: 2, Healthy: true},
 				{UUID: uuidGPU1, Device: "gpu-1", PublishedMemory: published, AllocatedMemory: published, AllocatedCores: 100, Shares: 1},
 			},

@@ -104,15 +104,5 @@ func usageTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.Lay
 	}
 }
 
-// usageGPUs is the driver's view of the GPUs, in the sampler's terms.
-func usageGPUs(d *driver.Driver) func() []usage.GPU {
-	return func() []usage.GPU {
-		states := d.GPUStates()
-		out := make([]usage.GPU, len(states))
-		for i, s := range states {
-			out[i] = usage.GPU{UUID: s.UUID, Device: s.Device, PublishedMemory: s.PublishedMemory,
-				AllocatedMemory: s.AllocatedMemory, AllocatedCores: s.AllocatedCores, Shares: s.Shares, Healthy: s.Healthy}
-		}
-		return out
-	}
-}
+// usageGPUs is the driver's view of the GPUs, already in the sampler's terms.
+func usageGPUs(d *driver.Driver) func() []usage.GPU { return d.GPUStates }

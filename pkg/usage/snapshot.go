@@ -20,15 +20,22 @@ type Target struct {
 	VMemNodeDir string
 }
 
-// GPU is one GPU of the node, with what is published and allocated of it.
+// GPU is one GPU of the node, with what is published and allocated of it (the driver's
+// GPUStates).
 type GPU struct {
-	UUID            string
-	Device          string
+	UUID string
+	// Device is the published device name, gpu-<index>.
+	Device string
+	// PublishedMemory is the memory capacity in the ResourceSlice (total minus the reserve).
 	PublishedMemory int64
+	// AllocatedMemory and AllocatedCores are the sums over the prepared claims' results on
+	// this GPU; a result that takes the whole GPU counts as all of it.
 	AllocatedMemory int64
 	AllocatedCores  int64
-	// Shares is the number of prepared allocation results on the GPU.
-	Shares  int
+	// Shares is the number of prepared allocation results on the GPU (admin access not
+	// counted).
+	Shares int
+	// Healthy is false from a health event until the GPU is marked healthy again.
 	Healthy bool
 }
 

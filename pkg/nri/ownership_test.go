@@ -190,16 +190,11 @@ func TestOwnerDecidesOnce(t *testing.T) {
 func TestOwnerLearnsItsPredecessorsLastContainers(t *testing.T) {
 	c := testClaim(claimA, gpu0)
 	old := newFixture(t, c)
-	p := pod(podA)
-	ctr := vgpuContainer("late", p, "app", c, true)
-	adj, err := old.create(p, ctr)
-	if err != nil || adj == nil {
-		t.Fatal(err)
-	}
-	succ := NewPlugin(Config{Layout: old.layout, ProcRoot: old.proc}, old.claims, newFixture(t).metrics, old.plugin.logger)
+	p, created := createdByOld(t, old, c, "late")
+	succ := successorOf(t, old)
 	succ.SetOwnership(&switchOwnership{owns: true}, noDecisions{})
 	succ.Own(old.claims)
-	if err := succ.PostCreateContainer(context.Background(), p, adjusted(ctr, adj)); err != nil {
+	if err := succ.PostCreateContainer(context.Background(), p, created); err != nil {
 		t.Fatal(err)
 	}
 	if in, ok := succ.Cache().Lookup(podA, "app"); !ok || in.ContainerID != "late" {
@@ -243,17 +238,11 @@ func TestCreateContainerFailsWhenOwnershipIsUndecided(t *testing.T) {
 func TestOwnBeforeTheFirstSynchronize(t *testing.T) {
 	c := testClaim(claimA, gpu0)
 	old := newFixture(t, c)
-	p := pod(podA)
-	ctr := vgpuContainer("c1", p, "app", c, true)
-	adj, err := old.create(p, ctr)
-	if err != nil || adj == nil {
-		t.Fatalf("CreateContainer = %v, %v", adj, err)
-	}
-	running := adjusted(ctr, adj)
+	p, running := createdByOld(t, old, c, "c1")
 	running.State, running.Pid = api.ContainerState_CONTAINER_RUNNING, 4242
 	old.fakePID(4242, "0::/kubepods/pod"+podA+"/c1\n")
 
-	succ := NewPlugin(Config{Layout: old.layout, ProcRoot: old.proc}, old.claims, newFixture(t).metrics, old.plugin.logger)
+	succ := successorOf(t, old)
 	own := &switchOwnership{} // the plugin's gates still say observer
 	succ.SetOwnership(own, &memDecisions{marked: map[string]bool{}})
 	if n := succ.Own(old.claims); n != 0 {
@@ -279,4 +268,22 @@ func TestOwnBeforeTheFirstSynchronize(t *testing.T) {
 	if _, ok := succ.Cache().Lookup(podA, "app"); !ok {
 		t.Error("an observer's Synchronize rebuilt the cache")
 	}
+}
+
+// createdByOld has the fixture's instance (the old owner) adjust a vGPU container of podA named
+// "app" with id, and returns the pod and the container as the runtime records it after creation.
+func createdByOld(t *testing.T, old *fixture, c Claim, id string) (*api.PodSandbox, *api.Container) {
+	t.Helper()
+	p := pod(podA)
+	ctr := vgpuContainer(id, p, "app", c, true)
+	adj, err := old.create(p, ctr)
+	if err != nil || adj == nil {
+		t.Fatalf("CreateContainer = %v, %v", adj, err)
+	}
+	return p, adjusted(ctr, adj)
+}
+
+// successorOf is a second instance on old's node, as a new plugin process starts it.
+func successorOf(t *testing.T, old *fixture) *Plugin {
+	return NewPlugin(Config{Layout: old.layout, ProcRoot: old.proc}, old.claims, newFixture(t).metrics, old.plugin.logger)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"time"
@@ -62,8 +61,6 @@ type Plugin struct {
 	podRes   *grpc.ClientConn
 	regSrv   *registry.Server
 	endpoint *endpoint
-
-	healthAddr, metricsAddr net.Addr
 }
 
 // Start brings the device plugin up, each part from the ones before it:
@@ -146,10 +143,10 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 			return nil, err
 		}
 	}
-	if p.healthAddr, err = p.health.Serve(ctx, cfg.HealthAddress); err != nil {
+	if _, err = p.health.Serve(ctx, cfg.HealthAddress); err != nil {
 		return nil, err
 	}
-	if p.metricsAddr, err = component.ServeMetrics(ctx, cfg.MetricsAddress, reg); err != nil {
+	if _, err = component.ServeMetrics(ctx, cfg.MetricsAddress, reg); err != nil {
 		return nil, err
 	}
 	logger.Info("Device plugin started", "resource", cfg.ResourceName, "node", cfg.NodeName, "gpus", len(p.inv.GPUs), "shares", len(p.inv.Shares), "policy", cfg.Policy)
@@ -337,12 +334,6 @@ func (p *Plugin) Stop() {
 		p.lock = nil
 	}
 }
-
-// HealthAddr is the bound health address, nil when disabled.
-func (p *Plugin) HealthAddr() net.Addr { return p.healthAddr }
-
-// MetricsAddr is the bound metrics address, nil when disabled.
-func (p *Plugin) MetricsAddr() net.Addr { return p.metricsAddr }
 
 // Health evaluates the liveness checks now (tests).
 func (p *Plugin) Health(ctx context.Context) error { return p.health.Evaluate(ctx) }

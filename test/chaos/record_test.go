@@ -153,15 +153,20 @@ func (r *run) checkUserErrors() {
 	r.mu.Unlock()
 	sort.Strings(errs)
 	r.check(len(errs))
-	total := 0
+	total, unnamed := 0, 0
 	for _, e := range errs {
 		total += counts[e]
 		if !slices.ContainsFunc(r.causes, func(re *regexp.Regexp) bool { return re.MatchString(e) }) {
+			unnamed++
 			r.violate("an error users see names no cause", fmt.Sprintf("%q (%d times)", e, counts[e]))
 		}
 	}
-	if total > 0 {
+	switch {
+	case total == 0:
+	case unnamed == 0:
 		r.note("user-visible errors %d (%d kinds, each naming its cause)", total, len(errs))
+	default:
+		r.note("user-visible errors %d (%d kinds, %d naming no cause)", total, len(errs), unnamed)
 	}
 }
 

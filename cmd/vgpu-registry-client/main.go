@@ -71,7 +71,7 @@ func run(req registry.Request, socket, pidsPath string, once bool, budget time.D
 		resp = r
 	} else {
 		res, err := c.Register(ctx, req)
-		fmt.Printf("attempts: %d (connect failures %d, waits %v)\n", res.Attempts, res.ConnectFailures, res.Waits)
+		fmt.Printf("attempts: %d (connect failures %d, dropped %d, waits %v)\n", res.Attempts, res.ConnectFailures, res.Dropped, res.Waits)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "error:", err)
 			return 2

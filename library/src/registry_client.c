@@ -35,7 +35,8 @@ uint64_t reg_retry_wait_ms(int has_retry_after, uint32_t retry_after_ms, uint32_
 	return base + (extra == 0 ? 0 : (uint64_t)random % (extra + 1));
 }
 
-enum attempt_result { ATTEMPT_RESPONSE, ATTEMPT_CONNECT_FAILED, ATTEMPT_TRANSPORT };
+/* DROPPED: the server closed or reset the connection before answering a byte (contract §5). */
+enum attempt_result { ATTEMPT_RESPONSE, ATTEMPT_CONNECT_FAILED, ATTEMPT_DROPPED, ATTEMPT_TRANSPORT };
 
 /* Waits until fd is ready for events or the deadline passes. */
 static int wait_fd(int fd, short events, uint64_t deadline_ms, const struct reg_client_deps *d)
@@ -54,6 +55,12 @@ static int wait_fd(int fd, short events, uint64_t deadline_ms, const struct reg_
 	}
 }
 
+/* The peer went away: it closed or reset the connection. */
+static int peer_gone(int err) { return err == ECONNRESET || err == EPIPE; }
+
+/* Reads n bytes. Returns 0, or READ_DROPPED when the peer closed or reset the connection
+ * before sending a single byte, or -1 (a frame cut short, the deadline, another error). */
+#define READ_DROPPED (-2)
 static int read_full(int fd, uint8_t *buf, size_t n, uint64_t deadline_ms, const struct reg_client_deps *d)
 {
 	size_t got = 0;
@@ -64,9 +71,11 @@ static int read_full(int fd, uint8_t *buf, size_t n, uint64_t deadline_ms, const
 			continue;
 		}
 		if (r == 0)
-			return -1; /* closed before a whole frame */
+			return got == 0 ? READ_DROPPED : -1; /* closed before a whole frame */
 		if (errno == EINTR)
 			continue;
+		if (peer_gone(errno))
+			return got == 0 ? READ_DROPPED : -1;
 		if (errno != EAGAIN || wait_fd(fd, POLLIN, deadline_ms, d) != 0)
 			return -1;
 	}
@@ -117,10 +126,19 @@ static enum attempt_result attempt(const char *path, const uint8_t *frame, size_
 	uint8_t body[REG_MAX_BODY];
 	int kind;
 	uint32_t body_len;
+	int hr;
 	if (write_full(fd, frame, frame_len, deadline_ms, d) != 0) {
-		snprintf(detail, detail_len, "sending the request to %s failed: %s", path, strerror(errno));
-	} else if (read_full(fd, hdr, sizeof(hdr), deadline_ms, d) != 0) {
-		snprintf(detail, detail_len, "no response from %s", path);
+		int err = errno;
+		snprintf(detail, detail_len, "sending the request to %s failed: %s", path, strerror(err));
+		if (peer_gone(err))
+			out = ATTEMPT_DROPPED;
+	} else if ((hr = read_full(fd, hdr, sizeof(hdr), deadline_ms, d)) != 0) {
+		if (hr == READ_DROPPED) {
+			snprintf(detail, detail_len, "%s closed the connection without a response", path);
+			out = ATTEMPT_DROPPED;
+		} else {
+			snprintf(detail, detail_len, "no response from %s", path);
+		}
 	} else if (reg_decode_header(hdr, &kind, &body_len) != 0 || kind != REG_KIND_RESPONSE) {
 		snprintf(detail, detail_len, "malformed response header from %s", path);
 	} else if (read_full(fd, body, body_len, deadline_ms, d) != 0) {
@@ -165,14 +183,17 @@ enum reg_outcome reg_register(const char *socket_path, const struct reg_request 
 		if (a == ATTEMPT_CONNECT_FAILED) {
 			log->connect_failures++;
 			wait = reg_retry_wait_ms(0, 0, d->rand32(d->ctx));
+		} else if (a == ATTEMPT_DROPPED) {
+			/* Closed or reset before a byte of an answer: above all a plugin killed (the
+			 * OOM killer, SIGKILL) with the request accepted. Retried like a failed
+			 * connect (contract §5): registration is idempotent, and a server that
+			 * closes a slow request unanswered costs one more attempt at most. */
+			log->dropped++;
+			wait = reg_retry_wait_ms(0, 0, d->rand32(d->ctx));
 		} else if (a == ATTEMPT_TRANSPORT) {
-			/* Connected, then no well-formed answer — above all a connection the server
-			 * closed without one. Final, not retried: contract §5 retries only RETRY,
-			 * BUSY and a failed connect ("every other outcome is final"), and the server
-			 * closes unanswered only when the request missed its 2 s read deadlines or
-			 * under extreme overload (over its bound it answers BUSY); neither is cured
-			 * by asking again within the budget. A restarting plugin shows as a failed
-			 * connect, which is retried. */
+			/* Connected, then a malformed or cut-short answer, or none before the
+			 * deadline: final, a server that answers wrong is not cured by asking
+			 * again (contract §5). */
 			return REG_OUTCOME_TRANSPORT;
 		} else if (res->status == REG_STATUS_OK) {
 			return REG_OUTCOME_OK;

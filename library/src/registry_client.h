@@ -23,14 +23,16 @@ struct reg_client_deps {
 enum reg_outcome {
 	REG_OUTCOME_OK,            /* status OK */
 	REG_OUTCOME_FINAL,         /* a final status (NOT_FOUND, DENIED, INVALID, INTERNAL, unknown) */
-	REG_OUTCOME_BUDGET,        /* RETRY/BUSY/connect failure until the next wait would cross the budget */
-	REG_OUTCOME_TRANSPORT,     /* connected, then no well-formed response (closed unanswered
-				    * included): final, see reg_register */
+	REG_OUTCOME_BUDGET,        /* RETRY/BUSY/failed connect/dropped connection until the next wait
+				    * would cross the budget */
+	REG_OUTCOME_TRANSPORT,     /* connected, then a malformed, cut-short or missing response:
+				    * final, see reg_register */
 };
 
 struct reg_attempt_log {
 	unsigned attempts;         /* connect attempts made */
 	unsigned connect_failures;
+	unsigned dropped;          /* connections closed or reset before a byte of a response */
 	uint64_t waits_ms[64];     /* the waits between attempts, in order (first 64) */
 	unsigned nwaits;
 };

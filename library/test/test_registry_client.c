@@ -120,6 +120,16 @@ static void test_retry_then_ok(void)
 	o = run("BUSY:0,OK", &req, REG_BUDGET_MS, &res, &log, detail);
 	CHECK_EQ_INT(o, REG_OUTCOME_OK);
 	check_wait(log.waits_ms[0], REG_MIN_WAIT_MS); /* at least 10 ms */
+
+	/* A connection closed before a byte of an answer (a plugin killed with the request
+	 * accepted) is retried like a failed connect: 100 ms plus up to a quarter. */
+	o = run("CLOSE,CLOSE,OK", &req, REG_BUDGET_MS, &res, &log, detail);
+	CHECK(o == REG_OUTCOME_OK, "outcome %d (%s)", o, detail);
+	CHECK_EQ_INT(log.attempts, 3);
+	CHECK_EQ_INT(log.dropped, 2);
+	CHECK_EQ_INT(log.connect_failures, 0);
+	check_wait(log.waits_ms[0], REG_DEFAULT_WAIT_MS);
+	check_wait(log.waits_ms[1], REG_DEFAULT_WAIT_MS);
 }
 
 static void test_finals(void)
@@ -132,7 +142,6 @@ static void test_finals(void)
 		{ "INVALID", REG_STATUS_INVALID, REG_OUTCOME_FINAL },
 		{ "INTERNAL", REG_STATUS_INTERNAL, REG_OUTCOME_FINAL },
 		{ "STATUS:42", 42, REG_OUTCOME_FINAL },
-		{ "CLOSE", -1, REG_OUTCOME_TRANSPORT },
 		{ "GARBAGE", -1, REG_OUTCOME_TRANSPORT },
 		{ "RETRY:10,DENIED", REG_STATUS_DENIED, REG_OUTCOME_FINAL },
 	};
@@ -183,6 +192,14 @@ static void test_budget(void)
 	CHECK(log.connect_failures == log.attempts && log.attempts >= 80 && log.attempts <= 101,
 	      "connect attempts %u", log.attempts);
 	CHECK_STR_CONTAINS(detail, "connect");
+
+	/* a server that always closes unanswered: retried until the budget, then said so */
+	o = run("CLOSE", &req, budget, &res, &log, detail);
+	CHECK_EQ_INT(o, REG_OUTCOME_BUDGET);
+	CHECK(log.dropped == log.attempts && log.attempts >= 80 && log.attempts <= 101, "dropped %u of %u attempts",
+	      log.dropped, log.attempts);
+	CHECK_STR_CONTAINS(detail, "closed the connection without a response");
+	CHECK_STR_CONTAINS(detail, "gave up");
 }
 
 static void *late_server(void *arg)

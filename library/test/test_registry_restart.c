@@ -8,7 +8,9 @@
  *                 stopping server, no socket for RESTART_GAP_MS, then OK
  *   real_server   libvgpu-test.so preloaded into the probe, against the project's real Go
  *                 server (test/registryserver), stopped with SIGTERM while the probe's
- *                 registration waits in it, and started again REAL_GAP_S seconds later */
+ *                 registration waits in it, and started again REAL_GAP_S seconds later
+ *   real_server_killed  the same, but SIGKILLed: the accepted registration's connection is
+ *                 closed unanswered, which the library retries like a failed connect */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -290,13 +292,17 @@ static pid_t spawn_probe(struct node *n, const char *out, const char *err)
 	return pid;
 }
 
-/* real_server: the probe's registration waits in the server (pids.config held LOCK_SH by a
- * reader, the server's lock deadline long) when the server gets SIGTERM. The server must
- * exit at once and answer that registration RETRY; the socket is then missing for
- * REAL_GAP_S seconds — past the old 10 s budget — and the probe must still be retrying, then
- * register with the next server and run within its limit. */
-static void test_real_server(void)
+/* The probe's registration waits in the server (pids.config held LOCK_SH by a reader, the
+ * server's lock deadline long) when the server gets sig:
+ *   SIGTERM (real_server): the server must exit at once and answer that registration RETRY;
+ *     the socket is then missing for gap_s seconds;
+ *   SIGKILL (real_server_killed: the OOM killer, the chaos suite's plugin kill): the
+ *     connection is closed unanswered and the dead server's socket refuses connects for gap_s.
+ * Either way the probe must still be retrying, then register with the next server and run
+ * within its limit. */
+static void real_restart(int sig, int gap_s)
 {
+	const char *name = sig == SIGKILL ? "real_server_killed" : "real_server";
 	struct node n;
 	node_setup(&n);
 	int reader = open(n.pids, O_RDWR | O_CREAT | O_CLOEXEC, 0644); /* no child may share the lock */
@@ -314,19 +320,26 @@ static void test_real_server(void)
 		waiting = blocked_writer(n.server, st.st_ino);
 	CHECK(waiting, "the probe's registration never waited for pids.config's lock in the server");
 
-	CHECK(server_sigterm(&n) == 0, "the registry server did not exit within 10 s of SIGTERM");
+	char log[65536];
+	if (sig == SIGTERM) {
+		CHECK(server_sigterm(&n) == 0, "the registry server did not exit within 10 s of SIGTERM");
+		slurp(n.log, log, sizeof(log));
+		CHECK_STR_CONTAINS(log, "status=\"RETRY\"");
+		CHECK_STR_CONTAINS(log, "the registry is restarting");
+		CHECK(access(n.sock, F_OK) != 0, "the stopped server left its socket");
+	} else {
+		kill(n.server, SIGKILL);
+		waitpid(n.server, NULL, 0);
+		n.server = -1;
+	}
 	double stopped = now_s();
 	close(reader);
-	char log[65536];
-	slurp(n.log, log, sizeof(log));
-	CHECK_STR_CONTAINS(log, "status=\"RETRY\"");
-	CHECK_STR_CONTAINS(log, "the registry is restarting");
-	CHECK(access(n.sock, F_OK) != 0, "the stopped server left its socket");
 
-	while (now_s() < stopped + REAL_GAP_S)
+	while (now_s() < stopped + gap_s)
 		usleep(50000);
-	CHECK(waitpid(probe, NULL, WNOHANG) == 0, "the probe gave up while the registry was gone for %d s", REAL_GAP_S);
+	CHECK(waitpid(probe, NULL, WNOHANG) == 0, "the probe gave up while the registry was gone for %d s", gap_s);
 	double restarted = now_s() - t0;
+	unlink(n.sock); /* a killed server leaves its socket behind; the next one binds anew */
 	CHECK(server_start(&n, NULL) == 0, "start the next registry server");
 	int status = -1;
 	CHECK(waitpid(probe, &status, 0) == probe, "reap the probe");
@@ -339,7 +352,7 @@ static void test_real_server(void)
 	CHECK_STR_CONTAINS(pout, "alloc 100 MiB = 2"); /* registered and enforced: 300 MiB is over 256 MiB */
 	CHECK(perr[0] == '\0', "probe stderr: %s", perr);
 	server_sigterm(&n);
-	printf("real_server: stopped %.2f s after the probe started, served again at %.2f s, registered at %.2f s\n",
+	printf("%s: stopped %.2f s after the probe started, served again at %.2f s, registered at %.2f s\n", name,
 	       stopped - t0, restarted, took);
 	if (test_failures) {
 		slurp(n.log, log, sizeof(log));
@@ -351,10 +364,18 @@ static void test_real_server(void)
 		fprintf(stderr, "cleanup of %s failed\n", n.dir);
 }
 
+/* real_server: SIGTERM, and the socket gone past the old 10 s budget. */
+static void test_real_server(void) { real_restart(SIGTERM, REAL_GAP_S); }
+
+/* real_server_killed: SIGKILL with the registration accepted, and the plugin's restart of
+ * about 2 s (the chaos suite's "new plugin process p50 1.8 s"). */
+static void test_real_server_killed(void) { real_restart(SIGKILL, 2); }
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
 		{ "budget_twin", test_budget_twin }, { "simulated", test_simulated }, { "real_server", test_real_server },
+		{ "real_server_killed", test_real_server_killed },
 	};
 	signal(SIGPIPE, SIG_IGN);
 	snprintf(dir, sizeof(dir), "/tmp/vgr.XXXXXX");

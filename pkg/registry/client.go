@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
@@ -18,9 +20,19 @@ type ConnectError struct{ Err error }
 func (e *ConnectError) Error() string { return "connect to the registry: " + e.Err.Error() }
 func (e *ConnectError) Unwrap() error { return e.Err }
 
+// DroppedError is a connection the server closed or reset before a byte of an answer: above
+// all a plugin killed with the request accepted. The client retries it like a failed connect.
+type DroppedError struct{ Err error }
+
+func (e *DroppedError) Error() string {
+	return "the registry closed the connection without a response: " + e.Err.Error()
+}
+func (e *DroppedError) Unwrap() error { return e.Err }
+
 // Client registers with the registry at Socket, following the client rules of contract §5
-// exactly as libvgpu.so does: RETRY, BUSY and failed connects are retried within Budget from
-// the first connect attempt; every other outcome is final.
+// exactly as libvgpu.so does: RETRY, BUSY, failed connects and connections dropped before an
+// answer are retried within Budget from the first connect attempt; every other outcome is
+// final.
 type Client struct {
 	Socket string
 	// Budget defaults to contract.RegistryClientBudget (30 s).
@@ -35,8 +47,9 @@ type Client struct {
 // Result is the outcome of Register.
 type Result struct {
 	Response Response
-	// Attempts counts connect attempts; ConnectFailures those that failed to connect.
-	Attempts, ConnectFailures int
+	// Attempts counts connect attempts; ConnectFailures those that failed to connect, and
+	// Dropped those closed or reset before a byte of an answer.
+	Attempts, ConnectFailures, Dropped int
 	// Waits are the waits made between attempts.
 	Waits []time.Duration
 }
@@ -57,8 +70,9 @@ func RetryWait(resp *Response, jitter func(max time.Duration) time.Duration) tim
 }
 
 // Register sends req until a final answer or the budget runs out. The error is nil whenever
-// a response came (check Result.Response.Status); it is a *ConnectError when the budget
-// ran out on failed connects, and another error when an attempt got no well-formed answer.
+// a response came (check Result.Response.Status); it is a *ConnectError or a *DroppedError
+// when the budget ran out on those, and another error when an attempt got a malformed,
+// cut-short or no answer within its timeout.
 func (c *Client) Register(ctx context.Context, req Request) (Result, error) {
 	frame, err := AppendRequest(nil, req)
 	if err != nil {
@@ -81,10 +95,14 @@ func (c *Client) Register(ctx context.Context, req Request) (Result, error) {
 		res.Attempts++
 		resp, err := c.attempt(ctx, frame)
 		var ce *ConnectError
+		var de *DroppedError
 		var wait time.Duration
 		switch {
 		case errors.As(err, &ce):
 			res.ConnectFailures++
+			wait = RetryWait(nil, jitter)
+		case errors.As(err, &de):
+			res.Dropped++
 			wait = RetryWait(nil, jitter)
 		case err != nil:
 			return res, err
@@ -134,13 +152,28 @@ func (c *Client) attempt(ctx context.Context, frame []byte) (Response, error) {
 		_ = conn.SetDeadline(dl)
 	}
 	if _, err := conn.Write(frame); err != nil {
-		return Response{}, fmt.Errorf("send registration to %s: %w", c.Socket, err)
+		err = fmt.Errorf("send registration to %s: %w", c.Socket, err)
+		if peerGone(err) {
+			return Response{}, &DroppedError{Err: err}
+		}
+		return Response{}, err
 	}
 	resp, err := readResponse(conn)
 	if err != nil {
-		return Response{}, fmt.Errorf("registration at %s: %w", c.Socket, err)
+		err = fmt.Errorf("registration at %s: %w", c.Socket, err)
+		// io.ReadFull says io.EOF only when not a byte came: a frame cut short is
+		// io.ErrUnexpectedEOF, and final.
+		if errors.Is(err, io.EOF) || peerGone(err) {
+			return Response{}, &DroppedError{Err: err}
+		}
+		return Response{}, err
 	}
 	return resp, nil
+}
+
+// peerGone reports whether err is the server closing or resetting the connection.
+func peerGone(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -3,10 +3,13 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
 	rt "github.com/vgpu-dra/vgpu-dra/pkg/registry/registrytest"
 )
@@ -68,5 +71,65 @@ func TestClientRetries(t *testing.T) {
 		if w < 10*time.Millisecond || w > 12*time.Millisecond+500*time.Microsecond {
 			t.Fatalf("wait %v outside retry_after_ms plus a quarter", w)
 		}
+	}
+}
+
+// TestClientRetriesADroppedConnection: a connection closed before a byte of an answer (a
+// plugin killed with the request accepted) is retried like a failed connect; a response cut
+// short after its header stays final.
+func TestClientRetriesADroppedConnection(t *testing.T) {
+	// serve answers the n-th connection with script[n] (the last one repeating): "close"
+	// closes after reading the request, "header" writes only a response header, "ok" answers OK.
+	serve := func(t *testing.T, script ...string) string {
+		sock := filepath.Join(shortDir(t), "r.sock")
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for n := 0; ; n++ {
+				conn, err := l.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = conn.Read(make([]byte, 4096))
+				full := registry.AppendResponse(nil, registry.Response{Status: registry.StatusOK})
+				switch script[min(n, len(script)-1)] {
+				case "header":
+					_, _ = conn.Write(full[:contract.RegistryHeaderLen])
+				case "ok":
+					_, _ = conn.Write(full)
+				}
+				conn.Close()
+			}
+		}()
+		return sock
+	}
+	noSleep := func(context.Context, time.Duration) error { return nil }
+	req := registry.Request{PodUID: podA, ContainerName: "app"}
+
+	c := &registry.Client{Socket: serve(t, "close", "close", "ok"), Sleep: noSleep}
+	res, err := c.Register(context.Background(), req)
+	if err != nil || res.Response.Status != registry.StatusOK || res.Attempts != 3 || res.Dropped != 2 {
+		t.Fatalf("dropped twice, then OK: %+v, %v", res, err)
+	}
+	for _, w := range res.Waits {
+		if w < 100*time.Millisecond || w > 125*time.Millisecond {
+			t.Fatalf("wait %v after a dropped connection: want a failed connect's 100 ms plus a quarter", w)
+		}
+	}
+
+	c = &registry.Client{Socket: serve(t, "close"), Budget: 50 * time.Millisecond, Sleep: noSleep}
+	res, err = c.Register(context.Background(), req)
+	var de *registry.DroppedError
+	if !errors.As(err, &de) || res.Dropped != 1 {
+		t.Fatalf("always dropped, 50 ms budget: %+v, %v; want a *DroppedError after one attempt", res, err)
+	}
+
+	c = &registry.Client{Socket: serve(t, "header", "ok"), Sleep: noSleep}
+	res, err = c.Register(context.Background(), req)
+	if err == nil || errors.As(err, &de) || !errors.Is(err, io.ErrUnexpectedEOF) || res.Attempts != 1 {
+		t.Fatalf("a response cut after its header: %+v, %v; want a final error", res, err)
 	}
 }

@@ -352,6 +352,9 @@ func readResponse(r io.Reader) (Response, error) {
 	}
 	body := make([]byte, h.Length)
 	if _, err := io.ReadFull(r, body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF // a header with no body is a response cut short
+		}
 		return Response{}, fmt.Errorf("read response body: %w", err)
 	}
 	return ParseResponse(body)

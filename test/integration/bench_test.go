@@ -94,12 +94,12 @@ func BenchmarkPrepareUnprepare(b *testing.B) {
 			n := newNode(b)
 			n.start()
 			k := n.register()
-			var claims []*drapb.Claim
+			var rcs []*resourceapi.ResourceClaim
 			for i := range burst {
-				c := n.newClaim(fmt.Sprintf("bench-%d", i), allocated{request: "gpu", device: fmt.Sprintf("gpu-%d", i%2),
-					memory: "256Mi", cores: 1, shareID: fmt.Sprintf("5a4e%04d-0000-4000-8000-000000000000", i)})
-				claims = append(claims, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
+				rcs = append(rcs, n.newClaim(fmt.Sprintf("bench-%d", i), allocated{request: "gpu", device: fmt.Sprintf("gpu-%d", i%2),
+					memory: "256Mi", cores: 1, shareID: fmt.Sprintf("5a4e%04d-0000-4000-8000-000000000000", i)}))
 			}
+			claims := draClaims(rcs)
 			noop := startNoop(b, n.kube)
 			const baseRounds = 20
 			var baseP, baseU time.Duration

@@ -18,7 +18,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
@@ -198,20 +197,6 @@ func killedBySIGKILL(err error) bool {
 	}
 	ws, ok := exit.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
-
-func (k *kubelet) tryUnprepare(claims ...*resourceapi.ResourceClaim) (map[string]*drapb.NodeUnprepareResourceResponse, error) {
-	req := &drapb.NodeUnprepareResourcesRequest{}
-	for _, c := range claims {
-		req.Claims = append(req.Claims, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := k.dra.NodeUnprepareResources(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.Claims, nil
 }
 
 // startCrashingPlugin runs the plugin of n in a child process, with the claims in its own fake

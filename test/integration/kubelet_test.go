@@ -238,36 +238,47 @@ func (k *kubelet) prepare(t testing.TB, claims ...*resourceapi.ResourceClaim) ma
 }
 
 func (k *kubelet) tryPrepare(claims ...*resourceapi.ResourceClaim) (map[string]*drapb.NodePrepareResourceResponse, error) {
-	req := &drapb.NodePrepareResourcesRequest{}
-	for _, c := range claims {
-		req.Claims = append(req.Claims, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := k.dra.NodePrepareResources(ctx, req)
+	resp, err := k.dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: draClaims(claims)})
 	if err != nil {
 		return nil, err
 	}
 	return resp.Claims, nil
 }
 
+// unprepare calls NodeUnprepareResources for the claims and fails the test on a gRPC error or
+// a claim's error.
 func (k *kubelet) unprepare(t testing.TB, claims ...*resourceapi.ResourceClaim) {
 	t.Helper()
-	req := &drapb.NodeUnprepareResourcesRequest{}
-	for _, c := range claims {
-		req.Claims = append(req.Claims, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := k.dra.NodeUnprepareResources(ctx, req)
+	resp, err := k.tryUnprepare(claims...)
 	if err != nil {
 		t.Fatalf("NodeUnprepareResources: %v", err)
 	}
-	for uid, r := range resp.Claims {
+	for uid, r := range resp {
 		if r.Error != "" {
 			t.Errorf("unprepare claim %s: %s", uid, r.Error)
 		}
 	}
+}
+
+func (k *kubelet) tryUnprepare(claims ...*resourceapi.ResourceClaim) (map[string]*drapb.NodeUnprepareResourceResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := k.dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: draClaims(claims)})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Claims, nil
+}
+
+// draClaims names the claims as the kubelet does in its DRA calls.
+func draClaims(claims []*resourceapi.ResourceClaim) []*drapb.Claim {
+	out := make([]*drapb.Claim, 0, len(claims))
+	for _, c := range claims {
+		out = append(out, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
+	}
+	return out
 }
 
 // allocated is one allocation result of our driver.

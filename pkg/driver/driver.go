@@ -200,45 +200,30 @@ func (d *Driver) Recover(ctx context.Context) error {
 			d.deps.Quarantine.set(uid, err)
 		}
 	}
-	err := errors.Join(d.removeOrphanSpecs(logger), d.removeOrphanDirs(logger))
+	err := errors.Join(d.removeOrphans(logger, "CDI spec", d.deps.CDI.ListClaims, d.deps.CDI.Remove),
+		d.removeOrphans(logger, "claim directory", d.deps.Dirs.ListClaims, d.deps.Dirs.RemoveClaim))
 	d.updateGauges()
 	return err
-}
-
-func (d *Driver) removeOrphanDirs(logger klog.Logger) error {
-	uids, err := d.deps.Dirs.ListClaims()
-	if err != nil {
-		return fmt.Errorf("list claim directories: %w", err)
-	}
-	for _, uid := range uids {
-		if _, ok := d.deps.Checkpoint.Get(uid); ok {
-			continue
-		}
-		logger.Info("Removing the directory of a claim that is not prepared", "uid", uid)
-		if err := d.deps.Dirs.RemoveClaim(uid); err != nil {
-			return fmt.Errorf("remove orphan claim directory %s: %w", uid, err)
-		}
-	}
-	return nil
 }
 
 func (d *Driver) updateGauges() {
 	d.deps.Metrics.PreparedClaims.Set(float64(d.deps.Checkpoint.Len()))
 }
 
-// removeOrphanSpecs removes this driver's CDI specs of claims that the checkpoint does not know.
-func (d *Driver) removeOrphanSpecs(logger klog.Logger) error {
-	uids, err := d.deps.CDI.ListClaims()
+// removeOrphans removes what (claim directories, CDI specs) of claims that the checkpoint does
+// not know: list names the claims that have one, remove removes a claim's.
+func (d *Driver) removeOrphans(logger klog.Logger, what string, list func() ([]string, error), remove func(uid string) error) error {
+	uids, err := list()
 	if err != nil {
-		return fmt.Errorf("list CDI specs: %w", err)
+		return fmt.Errorf("list the claims that have a %s: %w", what, err)
 	}
 	for _, uid := range uids {
 		if _, ok := d.deps.Checkpoint.Get(uid); ok {
 			continue
 		}
-		logger.Info("Removing the CDI spec of a claim that is not prepared", "uid", uid)
-		if err := d.deps.CDI.Remove(uid); err != nil {
-			return fmt.Errorf("remove orphan CDI spec of claim %s: %w", uid, err)
+		logger.Info("Removing the "+what+" of a claim that is not prepared", "uid", uid)
+		if err := remove(uid); err != nil {
+			return fmt.Errorf("remove orphan %s of claim %s: %w", what, uid, err)
 		}
 	}
 	return nil

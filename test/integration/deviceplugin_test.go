@@ -374,6 +374,9 @@ func TestDevicePluginDebugEndpoint(t *testing.T) {
 	n.startKubelet()
 	n.start()
 	n.waitAllocatable(2 * dpShares)
+	// The kubelet opens ListAndWatch before its answer to Register reaches the plugin: the
+	// shares can be allocatable a moment before the plugin counts itself registered.
+	n.waitPluginRegistrations(1)
 	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", n.cfg.DebugSocketPath())
 	}}}

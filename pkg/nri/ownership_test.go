@@ -287,3 +287,37 @@ func createdByOld(t *testing.T, old *fixture, c Claim, id string) (*api.PodSandb
 func successorOf(t *testing.T, old *fixture) *Plugin {
 	return NewPlugin(Config{Layout: old.layout, ProcRoot: old.proc}, old.claims, newFixture(t).metrics, old.plugin.logger)
 }
+
+// TestStartBetweenOwnAndTheOwnershipFlip: the plugin rebuilds the cache (Own) a moment before
+// its gates say it owns the node. A container that the runtime starts in that moment is in the
+// rebuilt cache but not in the view Own read: its PID must still reach the cache, or every
+// registration of that container gets RETRY ("created but not started yet") until the next
+// Synchronize (the e2e upgrade test met it at a rollback).
+func TestStartBetweenOwnAndTheOwnershipFlip(t *testing.T) {
+	c := testClaim(claimA, gpu0, gpu1)
+	old := newFixture(t, c)
+	succ := successorOf(t, old)
+	own := &switchOwnership{}
+	succ.SetOwnership(own, &memDecisions{marked: map[string]bool{}})
+	p, created := createdByOld(t, old, c, "c1")
+	if _, err := succ.Synchronize(context.Background(), []*api.PodSandbox{p}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := succ.PostCreateContainer(context.Background(), p, created); err != nil {
+		t.Fatal(err)
+	}
+	if n := succ.Own(old.claims); n != 1 {
+		t.Fatalf("Own rebuilt %d containers, want 1", n)
+	}
+	running := created
+	running.State, running.Pid = api.ContainerState_CONTAINER_RUNNING, 4242
+	old.fakePID(4242, "0::/kubepods/pod"+podA+"/c1\n")
+	if err := succ.StartContainer(context.Background(), p, running); err != nil { // gates not flipped yet
+		t.Fatal(err)
+	}
+	own.set(true)
+	in, ok := succ.Cache().Lookup(podA, "app")
+	if !ok || in.State != StateRunning || in.PID != 4242 {
+		t.Fatalf("the new owner's lookup = %+v, %v; want c1 running with PID 4242", in, ok)
+	}
+}

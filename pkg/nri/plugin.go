@@ -62,7 +62,8 @@ type Plugin struct {
 	ownership Ownership
 	decisions Decisions
 
-	// ownMu orders Own and Synchronize's choice between owner and observer; ownOnSync is set
+	// ownMu orders Own against Synchronize's choice between owner and observer and against
+	// StartContainer's record of a start; ownOnSync is set
 	// when this instance became the owner before the runtime's first Synchronize reached it:
 	// that Synchronize builds the cache, whatever the ownership says at that instant.
 	ownMu     sync.Mutex
@@ -129,13 +130,20 @@ func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	p.inflight.enterAlways()
 	defer p.inflight.leave()
 	start := time.Now()
+	// Ordered with Own (ownMu): either Own's snapshot of the view holds this start, or Own's
+	// rebuilt cache is in place before the update below. Own runs a moment before the gates
+	// say this instance owns the node, so a start in between is recorded into the cache
+	// whatever ownership says now; only learning new containers is the owner's.
+	p.ownMu.Lock()
 	p.view.saw(pod, ctr)
-	if ownership, _ := p.owner(); !ownership.Owns() {
-		return nil
+	ownership, _ := p.owner()
+	owns := ownership.Owns()
+	p.ownMu.Unlock()
+	if owns {
+		p.learn(pod, ctr)
 	}
-	p.learn(pod, ctr)
 	if _, ok := p.cache.Get(ctr.GetId()); !ok {
-		return nil // not a vGPU container
+		return nil // not a vGPU container, or not one this instance's cache holds
 	}
 	pid := int(ctr.GetPid())
 	var cg Cgroup

@@ -60,10 +60,7 @@ main() {
   "${HACK_DIR}/build-artifacts.sh"
   trap teardown EXIT
   # A cluster left up (make demo) has other settings: cluster-up would keep it as it is.
-  if [[ -d "${RUN_DIR}" ]]; then
-    log "a cluster is up (make demo?); the chaos suite needs its own settings: taking it down first"
-    make -C "${REPO_ROOT}" --no-print-directory cluster-down
-  fi
+  take_down_cluster_left_up "the chaos suite"
   "${HACK_DIR}/cluster-up.sh"
   "${HACK_DIR}/images.sh" plugin test-workload
   log "running test/chaos (${form})"

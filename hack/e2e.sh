@@ -28,6 +28,8 @@ main() {
   log "helm lint"
   "${CLUSTER_BIN}/helm" lint --strict "${REPO_ROOT}/deployments/helm/vgpu-dra"
   trap teardown EXIT
+  # A cluster left up (make demo) has the demo's release and pods: cluster-up would keep it.
+  take_down_cluster_left_up "the e2e suite"
   "${HACK_DIR}/cluster-up.sh"
   "${HACK_DIR}/images.sh" plugin plugin-next test-workload
   log "running test/e2e"

@@ -90,16 +90,50 @@ die() { log "ERROR: $*"; exit 1; }
 format_duration() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
 # take_suite_lock serialises whole runs that bring a cluster up, use it and take it down (make e2e,
-# and later suites), so that two clones on one machine (a developer's and CI's) never share or tear
-# down each other's cluster. It waits as long as the other run takes (fd 8, held until exit).
+# make chaos, make demo), so that two clones on one machine (a developer's and CI's) never share
+# or tear down each other's cluster. It waits as long as the other run takes (fd 8, held until
+# this script exits; start_component closes it for the daemons). A cluster daemon that holds it
+# (one started by a checkout from before that fix) would make every later suite wait forever:
+# that is refused at once, with the way out.
+SUITE_LOCK="${VGPU_DRA_CACHE:-/var/cache/vgpu-dra}/suite.lock"
 take_suite_lock() {
-  local lock="${VGPU_DRA_CACHE:-/var/cache/vgpu-dra}/suite.lock"
-  mkdir -p "$(dirname "${lock}")"
-  exec 8>"${lock}"
-  if ! flock -n 8; then
-    log "another cluster suite runs on this machine; waiting for it (${lock})"
-    flock 8
+  local holders
+  mkdir -p "$(dirname "${SUITE_LOCK}")"
+  exec 8>"${SUITE_LOCK}"
+  flock -n 8 && return 0
+  holders="$(lock_holders "${SUITE_LOCK}")"
+  if grep -q ' cluster$' <<<"${holders}"; then
+    die "the suite lock ${SUITE_LOCK} is held by a daemon of the running cluster ($(awk '$3 == "cluster" {printf "%s pid %s ", $2, $1}' <<<"${holders}")); it never lets go: run make cluster-down first"
   fi
+  log "another cluster suite runs on this machine; waiting for it (${SUITE_LOCK}; held by: $(awk '{printf "%s pid %s ", $2, $1}' <<<"${holders}"))"
+  flock 8
+}
+
+# lock_holders FILE prints "PID COMM cluster|other" for every other process with FILE open:
+# "cluster" when it runs one of the cluster's binaries (a daemon, which never lets go).
+lock_holders() {
+  local fd pid exe
+  for fd in /proc/[0-9]*/fd/*; do
+    [[ "$(readlink "${fd}" 2>/dev/null)" == "$1" ]] || continue
+    pid="${fd#/proc/}"
+    pid="${pid%%/*}"
+    [[ "${pid}" == "$$" || "${pid}" == "${BASHPID}" ]] && continue
+    exe="$(readlink "/proc/${pid}/exe" 2>/dev/null)" || continue
+    if [[ "${exe}" == "${CLUSTER_CACHE}/bin/"* ]]; then
+      echo "${pid} $(cat "/proc/${pid}/comm" 2>/dev/null) cluster"
+    else
+      echo "${pid} $(cat "/proc/${pid}/comm" 2>/dev/null) other"
+    fi
+  done | sort -un
+}
+
+# take_down_cluster_left_up SUITE: a suite that holds the suite lock and finds a cluster up (make
+# demo leaves its cluster up; so does make cluster-up by hand) takes it down before it brings up
+# its own: the cluster left up has another chart release, other settings and other pods.
+take_down_cluster_left_up() {
+  [[ -d "${RUN_DIR}" ]] || return 0
+  log "a cluster is up (make demo?); $1 needs a cluster of its own: taking it down first"
+  make -C "${REPO_ROOT}" --no-print-directory cluster-down
 }
 
 # take_cluster_lock serialises cluster scripts on this machine (fd 9; started daemons close it).

@@ -7,12 +7,13 @@
 STARTUP_TIMEOUT_S="${VGPU_DRA_STARTUP_TIMEOUT_S:-120}"
 
 # start_component NAME ARGS... starts a cluster binary detached from this script (own session,
-# no lock fd, output in LOG_DIR/NAME.log) and records its PID with the executable it must run.
+# neither lock's descriptor: fd 8, the suite lock, and fd 9, the cluster lock, are closed, or the
+# daemon would hold the lock for as long as the cluster runs; output in LOG_DIR/NAME.log) and records its PID with the executable it must run.
 start_component() {
   local name="$1" exe
   shift
   exe="$(readlink -f "${CLUSTER_BIN}/${name}")"
-  setsid "${exe}" "$@" >>"${LOG_DIR}/${name}.log" 2>&1 </dev/null 9>&- &
+  setsid "${exe}" "$@" >>"${LOG_DIR}/${name}.log" 2>&1 </dev/null 8>&- 9>&- &
   local pid=$! tries=0
   echo "${pid} ${exe}" >"$(pid_file "${name}")"
   # Until setsid has exec'd, /proc/PID/exe is setsid and recorded_pid would call it gone.

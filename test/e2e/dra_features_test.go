@@ -33,8 +33,9 @@ func TestDRAFeatures(t *testing.T) {
 	node := nodeName(t)
 	gpus := simulatedGPUs(t)
 
-	t.Run("examples-are-accepted-by-the-api-server", func(t *testing.T) {
-		checkExamples(t)
+	// Every example of deployments/examples, applied and run as a user would, one at a time.
+	t.Run("examples", func(t *testing.T) {
+		runExamples(t, gpus)
 	})
 
 	// Two tenants share gpu-0 (15Gi and 30 % each) while a monitoring pod with admin access
@@ -271,8 +272,14 @@ func statusData(t *testing.T, st resourceapi.AllocatedDeviceStatus) map[string]a
 // names a device by its first CDI device, the result's own: "<driver>/claim=<uid>-<request>-<device>-<share>".
 func waitDeviceHealth(t *testing.T, pod, device, health string) {
 	t.Helper()
+	waitDeviceHealthIn(t, featNS, pod, device, health)
+}
+
+// waitDeviceHealthIn is waitDeviceHealth for a pod of namespace ns.
+func waitDeviceHealthIn(t *testing.T, ns, pod, device, health string) {
+	t.Helper()
 	eventually(t, defaultTimeout, fmt.Sprintf("pod %s to show %s %s", pod, device, health), func() (bool, error) {
-		p, err := kube.CoreV1().Pods(featNS).Get(context.Background(), pod, metav1.GetOptions{})
+		p, err := kube.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) == 0 {
 			return false, err
 		}

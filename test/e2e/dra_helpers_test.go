@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,8 +17,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	metaac "k8s.io/client-go/applyconfigurations/meta/v1"
 	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/client-go/kubernetes"
@@ -29,7 +25,7 @@ import (
 )
 
 // Helpers of dra_features_test.go: the simulated GPUs' control socket, the checks of who may
-// write a claim's device status, the examples, and the cleanup.
+// write a claim's device status, and the cleanup (the examples: examples_test.go).
 
 // controlSocket is the plugin's simulated-GPU control socket on the host (contract §11).
 const controlSocket = "/var/lib/vgpu-dra/simulated-gpu.sock"
@@ -161,89 +157,6 @@ func checkStatusWriters(t *testing.T, claim *resourceapi.ResourceClaim, node str
 		t.Errorf("an entry of pool %s written by the plugin of %s: %v, want the policy's refusal", other, node, err)
 	}
 	t.Logf("an entry of another pool: %v", err)
-}
-
-// checkExamples creates every object of deployments/examples/*.yaml (Namespaces left out) in a
-// namespace of its own: the claims and claim templates for real (vgpu-webhook looks a Pod's
-// claims up, and a dry-run claim is not stored), then every Pod with a server-side dry run. So
-// the API server's validation and the whole admission chain accept the manifests the README
-// shows. The namespace goes at the end; nothing in it was ever allocated.
-func checkExamples(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(repoRoot, "deployments", "examples", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("examples: %v %v", files, err)
-	}
-	ctx := context.Background()
-	ns := featNS + "-examples"
-	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{resourceapi.DRAAdminNamespaceLabelKey: "true"}}}
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete namespace %s: %v", ns, err)
-		}
-	})
-	type object struct {
-		file, kind string
-		raw        []byte
-	}
-	var claims, pods []object
-	for _, f := range files {
-		content, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(content), 4096)
-		for {
-			var raw runtime.RawExtension
-			if err := dec.Decode(&raw); err == io.EOF {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			var meta metav1.TypeMeta
-			if err := json.Unmarshal(raw.Raw, &meta); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			o := object{file: filepath.Base(f), kind: meta.Kind, raw: raw.Raw}
-			switch meta.Kind {
-			case "Namespace":
-			case "ResourceClaim", "ResourceClaimTemplate":
-				claims = append(claims, o)
-			case "Pod":
-				pods = append(pods, o)
-			default:
-				t.Errorf("%s: kind %s is not checked here", o.file, meta.Kind)
-			}
-		}
-	}
-	for _, o := range append(claims, pods...) {
-		var err error
-		switch o.kind {
-		case "ResourceClaim":
-			var c resourceapi.ResourceClaim
-			mustUnmarshal(t, o.raw, &c)
-			c.Namespace = ns
-			_, err = kube.ResourceV1().ResourceClaims(ns).Create(ctx, &c, metav1.CreateOptions{})
-		case "ResourceClaimTemplate":
-			var c resourceapi.ResourceClaimTemplate
-			mustUnmarshal(t, o.raw, &c)
-			c.Namespace = ns
-			_, err = kube.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, &c, metav1.CreateOptions{})
-		case "Pod":
-			var p corev1.Pod
-			mustUnmarshal(t, o.raw, &p)
-			p.Namespace = ns
-			_, err = kube.CoreV1().Pods(ns).Create(ctx, &p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		}
-		if err != nil {
-			t.Errorf("%s: the API server refuses a %s: %v", o.file, o.kind, err)
-		}
-	}
-	if len(pods) == 0 {
-		t.Errorf("no Pod among the examples")
-	}
 }
 
 func mustUnmarshal(t *testing.T, b []byte, into any) {

@@ -22,6 +22,9 @@ type SimulatedGPU struct {
 //	POST /gpus/{uuid}/xid/{xid}                     SetHealth(uuid, false, xid)
 //	POST /gpus/{uuid}/healthy                       SetHealth(uuid, true, 0)
 //	POST /gpus/{uuid}/recovery-action/{action}      SetRecoveryAction(uuid, action), action as NVML's number
+//	POST /gpus/{uuid}/processes/{pid}?memory=B&sm=P  SetProcessUsage: the host process pid holds B bytes
+//	                                                (and keeps P % of the SMs busy) until it exits
+//	DELETE /gpus/{uuid}/processes/{pid}              SetProcessUsage(uuid, pid, 0, nil): forgotten
 //
 // A bad request is answered 400 with the reason; a success 204.
 func (s *Simulated) ControlHandler() http.Handler {
@@ -52,6 +55,37 @@ func (s *Simulated) ControlHandler() http.Handler {
 			return
 		}
 		answer(w, s.SetRecoveryAction(r.PathValue("uuid"), nvml.DeviceGpuRecoveryAction(action)))
+	})
+	mux.HandleFunc("POST /gpus/{uuid}/processes/{pid}", func(w http.ResponseWriter, r *http.Request) {
+		pid, err := strconv.Atoi(r.PathValue("pid"))
+		if err != nil {
+			http.Error(w, fmt.Sprintf("PID %q is not a number", r.PathValue("pid")), http.StatusBadRequest)
+			return
+		}
+		bytes, err := strconv.ParseUint(r.URL.Query().Get("memory"), 10, 64)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("memory=%q: want the bytes the process holds", r.URL.Query().Get("memory")), http.StatusBadRequest)
+			return
+		}
+		var sm *uint32
+		if v := r.URL.Query().Get("sm"); v != "" {
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil {
+				http.Error(w, fmt.Sprintf("sm=%q: want a percentage", v), http.StatusBadRequest)
+				return
+			}
+			u := uint32(n)
+			sm = &u
+		}
+		answer(w, s.SetProcessUsage(r.PathValue("uuid"), pid, bytes, sm))
+	})
+	mux.HandleFunc("DELETE /gpus/{uuid}/processes/{pid}", func(w http.ResponseWriter, r *http.Request) {
+		pid, err := strconv.Atoi(r.PathValue("pid"))
+		if err != nil {
+			http.Error(w, fmt.Sprintf("PID %q is not a number", r.PathValue("pid")), http.StatusBadRequest)
+			return
+		}
+		answer(w, s.SetProcessUsage(r.PathValue("uuid"), pid, 0, nil))
 	})
 	return mux
 }

@@ -1,7 +1,13 @@
 package gpu
 
 import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -29,10 +35,75 @@ type simUsage struct {
 	processes atomic.Pointer[SimulatedProcesses]
 	// now is NVML's clock in microseconds; tests replace it.
 	now func() uint64
+	// alive reports whether a process still runs; a test replaces it.
+	alive func(pid int) bool
+
+	mu sync.Mutex
+	// held is what a test said a process holds on a GPU (SetProcessUsage): UUID → PID →.
+	held map[string]map[int]heldUsage
+}
+
+// heldUsage is a process's use of a simulated GPU as a test set it.
+type heldUsage struct {
+	bytes  uint64
+	smUtil uint32
+	hasSM  bool
 }
 
 func newSimUsage() *simUsage {
-	return &simUsage{now: func() uint64 { return uint64(time.Now().UnixMicro()) }}
+	return &simUsage{now: func() uint64 { return uint64(time.Now().UnixMicro()) }, alive: processAlive,
+		held: map[string]map[int]heldUsage{}}
+}
+
+// processAlive: kill(pid, 0) finds the process (EPERM: it exists, owned by another user).
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// SetProcessUsage makes a simulated GPU report that the process holds bytes of its memory and,
+// when smUtil is not nil, keeps that share of its SMs busy, as a real GPU reports a process that
+// allocated and launched through any route (the library's or around it). It lasts while the
+// process lives: like a real GPU, the simulated one frees a process's memory when it exits.
+// bytes 0 with no smUtil forgets the process. Simulated mode only (the control socket,
+// contract §11).
+func (s *Simulated) SetProcessUsage(uuid string, pid int, bytes uint64, smUtil *uint32) error {
+	if !slices.ContainsFunc(s.visible, func(d *server.Device) bool { return d.UUID == uuid }) {
+		return fmt.Errorf("no simulated GPU %s", uuid)
+	}
+	if pid <= 0 || !s.usage.alive(pid) {
+		return fmt.Errorf("no process %d", pid)
+	}
+	if smUtil != nil && *smUtil > 100 {
+		return fmt.Errorf("SM utilisation %d%%: want 0-100", *smUtil)
+	}
+	u := s.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	held := u.held[uuid]
+	if held == nil {
+		held = map[int]heldUsage{}
+		u.held[uuid] = held
+	}
+	if bytes == 0 && smUtil == nil {
+		delete(held, pid)
+		return nil
+	}
+	h := heldUsage{bytes: bytes}
+	if smUtil != nil {
+		h.smUtil, h.hasSM = *smUtil, true
+	}
+	held[pid] = h
+	return nil
+}
+
+// heldOn is the processes a test set on the GPU that still run; exited ones are forgotten.
+func (u *simUsage) heldOn(uuid string) map[int]heldUsage {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	held := u.held[uuid]
+	maps.DeleteFunc(held, func(pid int, _ heldUsage) bool { return !u.alive(pid) })
+	return maps.Clone(held)
 }
 
 // SetProcesses tells the simulated GPUs which processes run on them (nil: none). Safe to call
@@ -54,28 +125,45 @@ func (u *simUsage) pids(uuid string) []int {
 }
 
 // installUsageMocks answers NVML's per-process readers for one simulated GPU: a utilisation
-// sample at every call for every process running on it (SimulatedSMUtil), and its processes
-// with their memory "not available" — a simulated GPU holds no memory; what a container uses
-// is what its ledger says.
+// sample at every call for every process running on it (SimulatedSMUtil, or what
+// SetProcessUsage said), and its processes with their memory: what SetProcessUsage said, else
+// "not available" — a simulated GPU holds no memory of its own; what a container uses is what
+// its ledger says.
 func (u *simUsage) installUsageMocks(dev *server.Device) {
 	dev.GetProcessUtilizationFunc = func(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 		now := u.now()
-		pids := u.pids(dev.UUID)
-		if now <= lastSeen || len(pids) == 0 {
+		pids, held := u.pids(dev.UUID), u.heldOn(dev.UUID)
+		if now <= lastSeen || len(pids)+len(held) == 0 {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
-		out := make([]nvml.ProcessUtilizationSample, 0, len(pids))
+		out := make([]nvml.ProcessUtilizationSample, 0, len(pids)+len(held))
 		for _, pid := range pids {
-			out = append(out, nvml.ProcessUtilizationSample{Pid: uint32(pid), TimeStamp: now, SmUtil: SimulatedSMUtil(pid)})
+			if _, set := held[pid]; !set {
+				out = append(out, nvml.ProcessUtilizationSample{Pid: uint32(pid), TimeStamp: now, SmUtil: SimulatedSMUtil(pid)})
+			}
+		}
+		for _, pid := range slices.Sorted(maps.Keys(held)) {
+			sm := SimulatedSMUtil(pid)
+			if h := held[pid]; h.hasSM {
+				sm = h.smUtil
+			}
+			out = append(out, nvml.ProcessUtilizationSample{Pid: uint32(pid), TimeStamp: now, SmUtil: sm})
 		}
 		return out, nvml.SUCCESS
 	}
 	dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
-		pids := u.pids(dev.UUID)
-		out := make([]nvml.ProcessInfo, 0, len(pids))
+		pids, held := u.pids(dev.UUID), u.heldOn(dev.UUID)
+		out := make([]nvml.ProcessInfo, 0, len(pids)+len(held))
+		info := func(pid int, bytes uint64) nvml.ProcessInfo {
+			return nvml.ProcessInfo{Pid: uint32(pid), UsedGpuMemory: bytes, GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
+		}
 		for _, pid := range pids {
-			out = append(out, nvml.ProcessInfo{Pid: uint32(pid), UsedGpuMemory: notAvailable,
-				GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF})
+			if _, set := held[pid]; !set {
+				out = append(out, info(pid, notAvailable))
+			}
+		}
+		for _, pid := range slices.Sorted(maps.Keys(held)) {
+			out = append(out, info(pid, held[pid].bytes))
 		}
 		return out, nvml.SUCCESS
 	}

@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"testing"
 
@@ -131,5 +133,72 @@ func TestNVMLProcessReaders(t *testing.T) {
 				t.Errorf("ProcessMemory = %+v, %v; want %+v (error %v)", mem, err, tc.wantMem, tc.wantMErr)
 			}
 		})
+	}
+}
+
+// TestSimulatedProcessUsage: a process a test says holds memory (through the control socket)
+// is listed with it next to the containers' processes, with the SM share it was given; when
+// it exits the simulated GPU frees its memory, as a real one does; bad requests are refused.
+func TestSimulatedProcessUsage(t *testing.T) {
+	sim := newTestSimulated(t, "dgx-h200", 2)
+	sim.usage.now = func() uint64 { return 7_000_000 }
+	gpu0, gpu1 := mockDevice(sim, 0).UUID, mockDevice(sim, 1).UUID
+	alive := map[int]bool{100: true, 200: true, 300: true}
+	sim.usage.alive = func(pid int) bool { return alive[pid] }
+	sim.SetProcesses(func(uuid string) []int {
+		if uuid == gpu0 {
+			return []int{100, 200} // 200 is also set: the figure set wins
+		}
+		return nil
+	})
+	srv := httptest.NewServer(sim.ControlHandler())
+	defer srv.Close()
+	post := func(method, path string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for path, want := range map[string]int{
+		"/gpus/" + gpu0 + "/processes/200?memory=2147483648&sm=70": http.StatusNoContent,
+		"/gpus/" + gpu0 + "/processes/300?memory=1048576":          http.StatusNoContent,
+		"/gpus/" + gpu1 + "/processes/300?memory=4096":             http.StatusNoContent,
+		"/gpus/" + gpu0 + "/processes/400?memory=1":                http.StatusBadRequest, // no such process
+		"/gpus/" + gpu0 + "/processes/300?memory=lots":             http.StatusBadRequest,
+		"/gpus/" + gpu0 + "/processes/300?memory=1&sm=101":         http.StatusBadRequest,
+		"/gpus/GPU-nope/processes/300?memory=1":                    http.StatusBadRequest,
+	} {
+		if got := post(http.MethodPost, path); got != want {
+			t.Errorf("POST %s = %d, want %d", path, got, want)
+		}
+	}
+	wantMem := []ProcessMemory{{PID: 100}, {PID: 200, UsedBytes: 2 << 30, Known: true}, {PID: 300, UsedBytes: 1 << 20, Known: true}}
+	if mem, err := sim.ProcessMemory(gpu0); err != nil || !reflect.DeepEqual(mem, wantMem) {
+		t.Errorf("ProcessMemory = %+v, %v; want %+v", mem, err, wantMem)
+	}
+	samples, err := sim.ProcessUtilization(gpu0, 0)
+	wantSM := []ProcessSample{{PID: 100, SMUtil: SimulatedSMUtil(100), TimeStamp: 7_000_000},
+		{PID: 200, SMUtil: 70, TimeStamp: 7_000_000}, {PID: 300, SMUtil: SimulatedSMUtil(300), TimeStamp: 7_000_000}}
+	if err != nil || !reflect.DeepEqual(samples, wantSM) {
+		t.Errorf("ProcessUtilization = %+v, %v; want %+v", samples, err, wantSM)
+	}
+	// Process 300 exits: both GPUs free its memory.
+	alive[300] = false
+	wantMem = wantMem[:2]
+	if mem, _ := sim.ProcessMemory(gpu0); !reflect.DeepEqual(mem, wantMem) {
+		t.Errorf("after process 300 exited: %+v, want %+v", mem, wantMem)
+	}
+	if mem, _ := sim.ProcessMemory(gpu1); len(mem) != 0 {
+		t.Errorf("gpu1 after process 300 exited: %+v, want none", mem)
+	}
+	if got := post(http.MethodDelete, "/gpus/"+gpu0+"/processes/200"); got != http.StatusNoContent {
+		t.Errorf("DELETE = %d", got)
+	}
+	if mem, _ := sim.ProcessMemory(gpu0); !reflect.DeepEqual(mem, []ProcessMemory{{PID: 100}, {PID: 200}}) {
+		t.Errorf("after DELETE: %+v, want the container processes' unknown figures only", mem)
 	}
 }

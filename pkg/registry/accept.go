@@ -187,6 +187,7 @@ func (s *Server) watch() {
 		}
 		s.claimRegs.prune(s.deps.Claims, s.cgroups)
 		s.identities.prune()
+		s.registered.prune()
 		if s.reserved != nil {
 			s.reserved.prune()
 		}

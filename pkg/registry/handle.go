@@ -17,6 +17,9 @@ func (s *Server) handle(who caller, req Request) Response {
 	} else {
 		resp = s.registerContainer(who, req)
 	}
+	if resp.Status == StatusOK {
+		s.registered.add(who.peer.pid)
+	}
 	log := s.logger.V(2)
 	if resp.Status == StatusDenied || resp.Status == StatusInternal {
 		log = s.logger.V(0)

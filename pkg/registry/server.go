@@ -154,6 +154,7 @@ type Server struct {
 	claimRegs  *claimRegistrations
 	reserved   *reservations // nil without Deps.Reservations
 	writes     *writeCoalescer
+	registered *registered // the processes answered OK, for the enforcer
 	stopping   atomic.Bool // set first thing in shutdown
 
 	mu        sync.Mutex
@@ -178,6 +179,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		cfg: cfg, deps: deps, logger: klog.FromContext(ctx).WithName("registry"),
 		requests: make(chan struct{}, cfg.MaxRequests), callers: newCallerLoads(), identities: newIdentities(),
 		claimRegs: newClaimRegistrations(), writes: newWriteCoalescer(), conns: map[*net.UnixConn]*atomic.Bool{},
+		registered: newRegistered("/proc"),
 	}
 	if deps.Reservations != nil {
 		now := deps.Now

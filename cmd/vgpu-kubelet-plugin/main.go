@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/component"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
 	"github.com/vgpu-dra/vgpu-dra/pkg/featuregates"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
@@ -41,6 +42,8 @@ type flags struct {
 	memoryReserve string
 	claimFSSize   string
 	gpuInjection  string
+	enforceSlack  string
+	foreignPolicy string
 }
 
 func run(args []string) error {
@@ -108,6 +111,11 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&c.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of this instance's pod (env POD_UID, the downward API's metadata.uid): its kubelet sockets are named after it, and the node is handed over to a new instance, or taken over from the running one, while pods keep starting. Empty: one instance at a time.")
 	fs.DurationVar(&c.UsageInterval, "usage-interval", usage.DefaultInterval, "How often each vGPU container's memory and core use is sampled for /metrics (its ledger, vgpu.config, pids.config and NVML's per-process figures); 0 disables the per-container and per-GPU usage metrics.")
 	fs.IntVar(&c.UsageMaxSeries, "usage-max-series", usage.DefaultMaxSeries, "Most (container, GPU) pairs the per-container metrics show; the rest are counted in vgpu_dra_usage_series_omitted.")
+	fs.BoolVar(&c.Enforce, "enforce", true, "Hold every vGPU container to its claim's memory from the node: a container whose processes hold more than its limit (plus --enforce-slack-per-process each) on a GPU for longer than --enforce-grace, or a process of a vGPU container that holds GPU memory without having registered (libvgpu.so bypassed), has its processes on that GPU killed, with a Warning event on the pod (contract §15).")
+	fs.DurationVar(&c.EnforcePeriod, "enforce-period", enforce.DefaultPeriod, "How often the enforcer reads NVML's per-process memory on every shared GPU.")
+	fs.DurationVar(&c.EnforceGrace, "enforce-grace", enforce.DefaultGrace, "How long a container may stay over its memory limit, or a process hold GPU memory unregistered, before the enforcer kills its processes on that GPU.")
+	fs.StringVar(&f.enforceSlack, "enforce-slack-per-process", resource.NewQuantity(enforce.DefaultSlackPerProcess, resource.BinarySI).String(), "GPU memory a process may hold beyond what its allocations charge: the CUDA context the driver charges to each process (measured by hack/gpu-check.sh).")
+	fs.StringVar(&f.foreignPolicy, "foreign-gpu-process", string(enforce.PolicyReport), "What the enforcer does about a process that holds memory on a shared GPU and belongs to no vGPU container: report (metric, log, event) or kill.")
 	fs.StringVar(&c.DebugSocket, "debug-socket", "", `Unix socket of the JSON debug endpoint (NRI state, cache, prepared claims); default <state-dir>/debug.sock, "-" disables it.`)
 	common.AddFlags(fs)
 	return f, nil
@@ -126,6 +134,12 @@ func (f *flags) config() (plugin.Config, error) {
 		return c, fmt.Errorf("--memory-reserve %q: %w", f.memoryReserve, err)
 	}
 	c.MemoryReserve = q.Value()
+	slack, err := resource.ParseQuantity(f.enforceSlack)
+	if err != nil {
+		return c, fmt.Errorf("--enforce-slack-per-process %q: %w", f.enforceSlack, err)
+	}
+	c.EnforceSlackPerProcess = slack.Value()
+	c.ForeignGPUProcessPolicy = enforce.Policy(f.foreignPolicy)
 	if q, err = resource.ParseQuantity(f.claimFSSize); err != nil {
 		return c, fmt.Errorf("--claim-fs-size %q: %w", f.claimFSSize, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
 )
 
 // DefaultClaimFSBytes is the default size of a claim's tmpfs: a container's memory ledger and
@@ -65,6 +66,15 @@ type Config struct {
 	// UsageMaxSeries bounds the (container, GPU) pairs those metrics show (--usage-max-series);
 	// usage.DefaultMaxSeries when 0.
 	UsageMaxSeries int
+
+	// Enforce holds every vGPU container to its claim's memory from the node (--enforce;
+	// pkg/enforce, contract §15): the period, grace, context slack per process and what
+	// happens to a process of no vGPU container on a shared GPU.
+	Enforce                 bool
+	EnforcePeriod           time.Duration
+	EnforceGrace            time.Duration
+	EnforceSlackPerProcess  int64
+	ForeignGPUProcessPolicy enforce.Policy
 
 	// NRISocket is the runtime's NRI socket (--nri-socket); required when NRI is on.
 	NRISocket string
@@ -184,6 +194,14 @@ func (c Config) Validate() error {
 	}
 	if c.UsageInterval < 0 || c.UsageMaxSeries < 0 {
 		errs = append(errs, errors.New("--usage-interval and --usage-max-series must not be negative"))
+	}
+	if c.EnforcePeriod < 0 || c.EnforceGrace < 0 || c.EnforceSlackPerProcess < 0 {
+		errs = append(errs, errors.New("--enforce-period, --enforce-grace and --enforce-slack-per-process must not be negative"))
+	}
+	if c.ForeignGPUProcessPolicy != "" {
+		if _, err := enforce.ParsePolicy(string(c.ForeignGPUProcessPolicy)); err != nil {
+			errs = append(errs, fmt.Errorf("--foreign-gpu-process: %w", err))
+		}
 	}
 	if c.NRIFailureGrace < 0 {
 		errs = append(errs, errors.New("--nri-failure-grace must not be negative"))

@@ -96,6 +96,8 @@ func (p *Plugin) becomeOwner(lock *instancelock.Lock, nriIndex, event string) (f
 	if t.registry, err = startRegistry(p.ctx, layout, registryTargets(p.nri, t.claims, layout), p.regm); err != nil {
 		return err
 	}
+	// The wall (contract §15): the owner's enforcer, with the registry's record of who registered.
+	p.startEnforcer(ctx, t, p.em)
 	p.delegate.set(t.driver, ctx)
 	if p.helper == nil {
 		if p.helper, err = p.startKubeletServices(); err != nil {

@@ -81,6 +81,7 @@ type Plugin struct {
 	dra      *metrics.DRAMetrics
 	regm     *metrics.RegistryMetrics
 	hm       *metrics.HandoverMetrics
+	em       *metrics.EnforcementMetrics
 	health   *health.Server
 	gpus     gpu.Source
 	ownsGPUs bool
@@ -171,6 +172,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		metrics: metrics.New(reg), health: health.NewServer(), kick: make(chan struct{}, 1),
 	}
 	p.dra, p.regm, p.hm = metrics.NewDRAMetrics(reg), metrics.NewRegistryMetrics(reg), metrics.NewHandoverMetrics(reg)
+	p.em = metrics.NewEnforcementMetrics(reg)
 	p.draGate = handover.NewGate(func(time.Duration) { p.hm.HeldCalls.WithLabelValues(metrics.CallKubelet).Inc() })
 	p.nriGate = handover.NewGate(func(time.Duration) { p.hm.HeldCalls.WithLabelValues(metrics.CallCreateContainer).Inc() })
 	p.delegate = &draDelegate{}

@@ -1,0 +1,95 @@
+package enforce
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
+	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
+)
+
+// BenchmarkEnforcerPass is one enforcer pass at 100 vGPU containers, each with two processes
+// holding memory within its limit, on 8 simulated GPUs (go-nvml's mocks: the same NVML calls as
+// on a real node), with a real /proc/<pid>/cgroup read per process. The baseline, measured in
+// the same run, is the pass's NVML reads alone. It reports the pass's time, its share of one
+// core at the default period (target ≤ 1 %) and the ratio to the baseline.
+func BenchmarkEnforcerPass(b *testing.B) {
+	sim, err := gpu.NewSimulated("dgx-h200", 8, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sim.Close()
+	devs, err := sim.Devices(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var uuids []string
+	for _, d := range devs {
+		uuids = append(uuids, d.UUID)
+	}
+	// The processes are this benchmark's own PID's /proc entry, read once per process as a pass
+	// reads each process's; each stands for a process of its own container.
+	self := os.Getpid()
+	h, err := registry.DetectCgroupHierarchy("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	byGPU := map[string][]gpu.ProcessMemory{}
+	cgroupOf := map[int]string{}
+	var targets []Target
+	for i := range 100 {
+		uuid := uuids[i%len(uuids)]
+		cg := fmt.Sprintf("/kubepods/besteffort/pod%03d/ctr", i)
+		targets = append(targets, Target{Key: fmt.Sprint(i), Pod: fmt.Sprint(i), Cgroups: []string{cg},
+			Limits: map[string]uint64{uuid: 4 << 30}, MustRegister: true})
+		for j := range 2 {
+			pid := 1000 + 2*i + j
+			cgroupOf[pid] = cg
+			byGPU[uuid] = append(byGPU[uuid], gpu.ProcessMemory{PID: pid, UsedBytes: 1 << 30, Known: true})
+		}
+	}
+	procs := func(uuid string) ([]gpu.ProcessMemory, error) {
+		if _, err := sim.ProcessMemory(uuid); err != nil { // the NVML call a pass makes
+			return nil, err
+		}
+		return byGPU[uuid], nil
+	}
+	deps := Deps{
+		GPUs:      func() []string { return uuids },
+		Targets:   func() []Target { return targets },
+		Processes: procs,
+		CgroupOf: func(pid int) (string, error) {
+			if _, err := h.OfPID(self); err != nil {
+				return "", err
+			}
+			return cgroupOf[pid], nil
+		},
+		Registered: func(int, string) bool { return true },
+		Kill:       func(int, string) error { b.Fatal("a kill within the limits"); return nil },
+	}
+	ctx := context.Background()
+	var baseline float64
+	b.Run("baseline-nvml-reads", func(b *testing.B) {
+		for b.Loop() {
+			for _, u := range uuids {
+				_, _ = procs(u)
+			}
+		}
+		baseline = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+	})
+	b.Run("pass", func(b *testing.B) {
+		e := New(Config{}, deps)
+		b.ReportAllocs()
+		for b.Loop() {
+			e.Pass(ctx)
+		}
+		full := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		passesPerSecond := float64(1e9) / float64(DefaultPeriod.Nanoseconds())
+		b.ReportMetric(full*passesPerSecond/1e9*100, "%core")
+		if baseline > 0 {
+			b.ReportMetric(full/baseline, "x-nvml-reads")
+		}
+	})
+}

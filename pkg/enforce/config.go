@@ -1,0 +1,79 @@
+package enforce
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of Config (contract §15).
+const (
+	// DefaultPeriod is how often NVML's per-process memory is read on every served GPU: four
+	// times a second keeps the reaction (grace plus at most one period) under the 1.25 s the
+	// threat model promises, and one pass at 100 containers on 8 GPUs costs well under 1 % of
+	// a core (docs/performance.md, BenchmarkEnforcerPass).
+	DefaultPeriod = 250 * time.Millisecond
+	// DefaultGrace is how long a container may stay over its limit, or a process hold memory
+	// unregistered, before its processes are killed: long enough for the library's own
+	// NVML reconciliation and for a registration that is being retried, short enough that a
+	// neighbour's allocations fail for at most about a second.
+	DefaultGrace = time.Second
+	// DefaultSlackPerProcess is what NVML's per-process figure may exceed the library's ledger
+	// by, per process: the CUDA context (kernels, stacks, printf and malloc heaps) that the
+	// driver charges to the process and that no allocation call reports. Public figures for
+	// CUDA 12 on Hopper are 300-600 MiB per context, more with lazy loading off; the default
+	// takes the upper end. hack/gpu-check.sh measures it on a real GPU (contract §15).
+	DefaultSlackPerProcess = 640 << 20
+)
+
+// Policy is what the enforcer does about a process on a served GPU that belongs to no vGPU
+// container of this node (--foreign-gpu-process).
+type Policy string
+
+const (
+	// PolicyReport counts, logs and, where the pod is known, raises an event; nothing is killed.
+	PolicyReport Policy = "report"
+	// PolicyKill also kills the process (pidfd plus a check that its cgroup is still the one
+	// it was seen in).
+	PolicyKill Policy = "kill"
+)
+
+// ParsePolicy parses the flag's value.
+func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(s); p {
+	case PolicyReport, PolicyKill:
+		return p, nil
+	}
+	return "", fmt.Errorf("%q: want %s or %s", s, PolicyReport, PolicyKill)
+}
+
+// Config is the enforcer's configuration; zero values take the defaults.
+type Config struct {
+	// Period between two passes over the GPUs.
+	Period time.Duration
+	// Grace a container may stay over its limit (or a process hold memory unregistered)
+	// before its processes on that GPU are killed.
+	Grace time.Duration
+	// SlackPerProcess is added to a container's limit once per process it has on the GPU.
+	// Negative means none.
+	SlackPerProcess int64
+	// Foreign is what happens to a process of no vGPU container on a served GPU.
+	Foreign Policy
+}
+
+func (c *Config) setDefaults() {
+	if c.Period <= 0 {
+		c.Period = DefaultPeriod
+	}
+	if c.Grace <= 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.SlackPerProcess == 0 {
+		c.SlackPerProcess = DefaultSlackPerProcess
+	}
+	if c.SlackPerProcess < 0 {
+		c.SlackPerProcess = 0
+	}
+	if c.Foreign == "" {
+		c.Foreign = PolicyReport
+	}
+}

@@ -1,0 +1,77 @@
+package metrics
+
+import (
+	"time"
+
+	"k8s.io/component-base/metrics"
+)
+
+// EnforcementMetrics are the node-side enforcer's (pkg/enforce, contract §8 and §15). They
+// implement enforce.Recorder.
+type EnforcementMetrics struct {
+	// Actions counts the enforcer's actions: one per container (or foreign process) and GPU
+	// and violation, by action (kill, report) and reason (over-limit, unregistered, foreign).
+	Actions *metrics.CounterVec
+	// ReactionSeconds is the time from the first pass that saw a violation to the kill.
+	ReactionSeconds *metrics.Histogram
+	// PassSeconds is the time one pass over every served GPU takes.
+	PassSeconds *metrics.Histogram
+	// ForeignProcesses is the number of processes of no vGPU container on served GPUs in the
+	// latest pass.
+	ForeignProcesses *metrics.Gauge
+	// ReadErrors counts failed reads of a GPU's processes.
+	ReadErrors *metrics.Counter
+}
+
+// NewEnforcementMetrics creates the enforcer's metrics and registers them on reg.
+func NewEnforcementMetrics(reg metrics.KubeRegistry) *EnforcementMetrics {
+	m := &EnforcementMetrics{
+		Actions: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: Namespace, Name: "enforcement_actions_total",
+			Help:           "Actions of the node-side enforcer: processes killed (action kill) or reported (action report), one per container or foreign process, GPU and violation, by reason (over-limit, unregistered, foreign).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"action", "reason"}),
+		// The grace (1 s) plus at most a period (250 ms) with the defaults: 50 ms to ~100 s.
+		ReactionSeconds: metrics.NewHistogram(&metrics.HistogramOpts{
+			Namespace: Namespace, Name: "enforcement_reaction_seconds",
+			Help:           "Time from the enforcer's first sample that showed a violation to the kill of the processes.",
+			Buckets:        metrics.ExponentialBuckets(0.05, 2, 12),
+			StabilityLevel: metrics.ALPHA,
+		}),
+		PassSeconds: metrics.NewHistogram(&metrics.HistogramOpts{
+			Namespace: Namespace, Name: "enforcement_pass_duration_seconds",
+			Help:           "Time of one pass of the enforcer over every GPU this node shares (NVML's processes, their cgroups), off any request's path.",
+			Buckets:        metrics.ExponentialBuckets(0.00001, 2, 16),
+			StabilityLevel: metrics.ALPHA,
+		}),
+		ForeignProcesses: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: Namespace, Name: "enforcement_foreign_processes",
+			Help:           "Processes that hold memory on a GPU this node shares and belong to no vGPU container, in the enforcer's latest pass.",
+			StabilityLevel: metrics.ALPHA,
+		}),
+		ReadErrors: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace: Namespace, Name: "enforcement_read_errors_total",
+			Help:           "Reads of a GPU's processes (NVML) that failed in an enforcer pass.",
+			StabilityLevel: metrics.ALPHA,
+		}),
+	}
+	reg.MustRegister(m.Actions, m.ReactionSeconds, m.PassSeconds, m.ForeignProcesses, m.ReadErrors)
+	return m
+}
+
+// Action counts one action.
+func (m *EnforcementMetrics) Action(action, reason string) {
+	m.Actions.WithLabelValues(action, reason).Inc()
+}
+
+// Reaction records one reaction time.
+func (m *EnforcementMetrics) Reaction(d time.Duration) { m.ReactionSeconds.Observe(d.Seconds()) }
+
+// Pass records one pass's duration.
+func (m *EnforcementMetrics) Pass(d time.Duration) { m.PassSeconds.Observe(d.Seconds()) }
+
+// Foreign sets the foreign processes of the latest pass.
+func (m *EnforcementMetrics) Foreign(n int) { m.ForeignProcesses.Set(float64(n)) }
+
+// ReadError counts one failed read.
+func (m *EnforcementMetrics) ReadError() { m.ReadErrors.Inc() }

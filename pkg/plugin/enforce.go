@@ -1,0 +1,178 @@
+package plugin
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
+	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
+	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
+	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
+	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
+	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
+)
+
+// startEnforcer runs the node-side enforcer (pkg/enforce, contract §15) for the ownership
+// term: only the owner acts, and the term's end stops it. Its view is the NRI cache (each
+// container's cgroup, recorded at StartContainer from its init process), the checkpoint (each
+// claim's limits) and the registry's record of who registered; none of it is a file a
+// container can write.
+func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.EnforcementMetrics) {
+	cfg := p.cfg
+	if !cfg.Enforce || !cfg.VGPU {
+		return
+	}
+	cgroups, err := registry.DetectCgroupHierarchy("/proc")
+	if err != nil {
+		p.logger.Error(err, "The node-side enforcer cannot find the cgroup hierarchy; it does not run")
+		return
+	}
+	slack := cfg.EnforceSlackPerProcess
+	if slack == 0 {
+		slack = -1 // an explicit 0: no slack
+	}
+	events := newPodEvents(p.deps.KubeClient, cfg.NodeName)
+	context.AfterFunc(ctx, events.Shutdown)
+	var cache *nri.Cache
+	if p.nri != nil {
+		cache = p.nri.plugin.Cache()
+	}
+	layout := cfg.Layout()
+	e := enforce.New(enforce.Config{Period: cfg.EnforcePeriod, Grace: cfg.EnforceGrace, SlackPerProcess: slack, Foreign: cfg.ForeignGPUProcessPolicy}, enforce.Deps{
+		Ready: func() bool {
+			return p.term.Load() == t && (cache == nil || cache.Synced())
+		},
+		GPUs:       func() []string { return servedGPUs(p.devices) },
+		Targets:    func() []enforce.Target { return enforceTargets(cache, t.store, layout, cgroups.V1Pids) },
+		Processes:  p.gpus.ProcessMemory,
+		CgroupOf:   cgroups.OfPID,
+		Registered: t.registry.Registered,
+		PodOf: func(cg string) (string, bool) {
+			pod, _, ok := registry.PodOfCgroup(cg)
+			return pod, ok
+		},
+		Kill:    enforce.Killer{Cgroups: cgroups}.Kill,
+		Event:   events.warn,
+		Metrics: em,
+	})
+	c := e.Config()
+	p.logger.Info("Node-side enforcement of memory limits", "period", c.Period, "grace", c.Grace, "slackPerProcess", c.SlackPerProcess, "foreignGPUProcess", c.Foreign, "cgroups", cgroups.String())
+	go e.Run(klog.NewContext(ctx, p.logger.WithName("enforce")))
+}
+
+// enforceTargets lists what the enforcer holds to limits: every vGPU container on the NRI path
+// that runs (its newest instance, with the cgroup the NRI plugin recorded), and every claim
+// prepared on the per-claim path (its pods' containers share its limits).
+func enforceTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.Layout, v1Pids bool) []enforce.Target {
+	var out []enforce.Target
+	if cache != nil {
+		newest := map[[2]string]nri.Instance{}
+		for _, in := range cache.List() { // ordered by pod, name and creation: the last wins
+			newest[[2]string{in.PodUID, in.ContainerName}] = in
+		}
+		for _, in := range newest {
+			cg := in.Cgroup.Unified
+			if v1Pids {
+				cg = in.Cgroup.PIDsV1
+			}
+			if in.State == nri.StateStopped || cg == "" {
+				continue
+			}
+			c, ok := store.Get(in.ClaimUID)
+			if !ok {
+				continue
+			}
+			t := enforce.Target{Key: in.ContainerID, Namespace: in.PodNamespace, Pod: in.PodName, PodUID: in.PodUID,
+				Container: in.ContainerName, Claim: c.Name, Cgroups: []string{cg}, ConfigDir: in.ConfigDir}
+			addLimits(&t, c.Devices, in.Results, in.AdminResults)
+			out = append(out, t)
+		}
+	}
+	store.Range(func(uid string, c *checkpoint.Claim) {
+		if c.Path != contract.PathPerClaim || c.State != checkpoint.PrepareCompleted {
+			return
+		}
+		dirs, err := layout.PerClaimDirs(uid)
+		if err != nil {
+			return
+		}
+		t := enforce.Target{Key: "claim/" + uid, Namespace: c.Namespace, Claim: c.Name, Pods: append([]string(nil), c.ReservedFor...), ConfigDir: dirs.Config}
+		all := make([]int, len(c.Devices))
+		for i := range all {
+			all[i] = i
+		}
+		addLimits(&t, c.Devices, all, nil)
+		out = append(out, t)
+	})
+	return out
+}
+
+// addLimits sets the target's limit on each GPU from the claim's results it uses: their
+// memory adds up per GPU; a result without a memory figure (the whole GPU) or with admin
+// access leaves that GPU unlimited.
+func addLimits(t *enforce.Target, devs []checkpoint.Device, results, admin []int) {
+	t.Limits, t.Unlimited = map[string]uint64{}, map[string]bool{}
+	for _, i := range admin {
+		if i >= 0 && i < len(devs) {
+			t.Unlimited[devs[i].GPUUUID] = true
+		}
+	}
+	for _, i := range results {
+		if i < 0 || i >= len(devs) {
+			continue
+		}
+		d := devs[i]
+		switch {
+		case d.AdminAccess:
+			t.Unlimited[d.GPUUUID] = true
+		case d.MemoryBytes <= 0:
+			t.Unlimited[d.GPUUUID] = true
+			t.MustRegister = true
+		default:
+			t.Limits[d.GPUUUID] += uint64(d.MemoryBytes)
+			t.MustRegister = true
+		}
+	}
+}
+
+// podEvents raises the enforcer's Warning events on pods, through an event broadcaster (it
+// aggregates repeats and never blocks the enforcer).
+type podEvents struct {
+	broadcaster record.EventBroadcaster
+	recorder    record.EventRecorder
+}
+
+func newPodEvents(kube kubernetes.Interface, node string) *podEvents {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	return &podEvents{broadcaster: b, recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vgpu-dra-enforcer", Host: node})}
+}
+
+func (e *podEvents) warn(t enforce.Target, reason, message string) {
+	if t.PodUID == "" || t.Pod == "" {
+		return // a per-claim target: its pods are not known by name here
+	}
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: t.Namespace, Name: t.Pod, UID: types.UID(t.PodUID)}
+	e.recorder.Event(ref, corev1.EventTypeWarning, reason, message)
+}
+
+// Shutdown stops the broadcaster (the term ended).
+func (e *podEvents) Shutdown() { e.broadcaster.Shutdown() }
+
+// servedGPUs are the UUIDs of the node's GPUs.
+func servedGPUs(devs []gpu.Device) []string {
+	out := make([]string, len(devs))
+	for i, d := range devs {
+		out[i] = d.UUID
+	}
+	return out
+}

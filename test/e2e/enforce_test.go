@@ -1,0 +1,188 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestEnforcer: the node-side wall (contract §15) on the real cluster. The simulated GPU is
+// told what a process holds, as a real GPU would report a process that allocated around
+// libvgpu.so; the kubelet plugin's enforcer kills, within its grace, the processes of a container
+// over its limit and an unregistered process of a vGPU container, with a Warning event on the
+// pod, and leaves a well-behaved neighbour alone.
+func TestEnforcer(t *testing.T) {
+	installChart(t)
+	ensureNamespace(t)
+	uuid := firstSimulatedGPU(t)
+	for _, name := range []string{"enf-over", "enf-unreg", "enf-good"} {
+		createClaim(t, claimFor(name, "1Gi", 10))
+		createPod(t, vgpuPod(name, name))
+		defer deletePod(t, name)
+	}
+	for _, name := range []string{"enf-over", "enf-unreg", "enf-good"} {
+		waitRunning(t, name)
+	}
+
+	// enf-over: a registered process (libvgpu.so's probe holds 512 MiB through the fake driver)
+	// that the GPU says holds 3 GiB, past 1 GiB + the default 640 MiB of context slack.
+	execIn(t, "enf-over", `FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe hold 512 >/tmp/hold.out 2>&1 &`)
+	over := hostPID(t, "enf-over", "vgpu_probe")
+	// enf-good: the same, holding 900 MiB on the GPU: within its limit and slack.
+	execIn(t, "enf-good", `FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe hold 512 >/tmp/hold.out 2>&1 &`)
+	good := hostPID(t, "enf-good", "vgpu_probe")
+	waitRegistered(t, "enf-over")
+	waitRegistered(t, "enf-good")
+	// enf-unreg: a process that never registered (sleep does not use CUDA, so libvgpu.so never
+	// registers it) holding 100 MiB: what a process that bypassed the library looks like.
+	execIn(t, "enf-unreg", `sleep 600 >/dev/null 2>&1 &`)
+	unreg := hostPID(t, "enf-unreg", "sleep")
+
+	setProcessMemory(t, uuid, good, 900<<20)
+	start := time.Now()
+	setProcessMemory(t, uuid, over, 3<<30)
+	setProcessMemory(t, uuid, unreg, 100<<20)
+	for _, pid := range []int{over, unreg} {
+		eventually(t, 30*time.Second, fmt.Sprintf("process %d killed", pid), func() (bool, error) {
+			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+			return os.IsNotExist(err), err
+		})
+	}
+	t.Logf("both processes gone %v after the GPU reported them", time.Since(start).Round(time.Millisecond))
+	waitEvent(t, "enf-over", "VGPUMemoryLimitExceeded", "over the claim's limit of 1024 MiB")
+	waitEvent(t, "enf-unreg", "VGPUUnregisteredProcess", "without having registered")
+
+	// The well-behaved neighbour: several more passes, untouched, no event.
+	time.Sleep(3 * time.Second)
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", good)); err != nil {
+		t.Errorf("the process within its limit is gone: %v", err)
+	}
+	if evs := vgpuEvents(t, "enf-good"); len(evs) != 0 {
+		t.Errorf("events on the well-behaved pod: %v", evs)
+	}
+	for _, name := range []string{"enf-over", "enf-unreg", "enf-good"} {
+		if p, err := kube.CoreV1().Pods(testNS).Get(context.Background(), name, metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodRunning {
+			t.Errorf("pod %s: %v %v; the container's other processes (its init) are not the enforcer's to kill", name, p.Status.Phase, err)
+		}
+	}
+	m, err := scrapeMetrics("http://" + pluginPodIP(t) + ":8080/metrics")
+	if err != nil {
+		t.Fatalf("plugin metrics: %v", err)
+	}
+	for _, reason := range []string{"over-limit", "unregistered"} {
+		if v, ok := seriesValue(m, "vgpu_dra_enforcement_actions_total", map[string]string{"action": "kill", "reason": reason}); !ok || v != 1 {
+			t.Errorf("enforcement_actions_total{action=kill,reason=%s} = %v (%v), want 1", reason, v, ok)
+		}
+	}
+}
+
+// firstSimulatedGPU is the UUID of the simulated GPU with index 0.
+func firstSimulatedGPU(t *testing.T) string {
+	t.Helper()
+	var gpus []struct {
+		Index int    `json:"index"`
+		UUID  string `json:"uuid"`
+	}
+	eventually(t, defaultTimeout, "the simulated-GPU control socket", func() (bool, error) {
+		resp, err := controlClient().Get("http://localhost/gpus")
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&gpus) == nil && len(gpus) > 0 && gpus[0].Index == 0, fmt.Errorf("gpus %+v", gpus)
+	})
+	return gpus[0].UUID
+}
+
+// setProcessMemory tells the simulated GPU that the host process pid holds bytes of it.
+func setProcessMemory(t *testing.T, uuid string, pid int, bytes uint64) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost/gpus/%s/processes/%d?memory=%d", uuid, pid, bytes), nil)
+	resp, err := controlClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("set process %d's memory: %s", pid, resp.Status)
+	}
+}
+
+// hostPID finds, on the host, the process with this command name in the pod's containers (its
+// cgroup names the pod: the kubelet's pod<UID> component).
+func hostPID(t *testing.T, pod, comm string) int {
+	t.Helper()
+	p, err := kube.CoreV1().Pods(testNS).Get(context.Background(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found int
+	eventually(t, 30*time.Second, fmt.Sprintf("a %s process of pod %s on the host", comm, pod), func() (bool, error) {
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			c, err := os.ReadFile(filepath.Join(d, "comm"))
+			if err != nil || strings.TrimSpace(string(c)) != comm {
+				continue
+			}
+			cg, err := os.ReadFile(filepath.Join(d, "cgroup"))
+			if err == nil && strings.Contains(string(cg), "pod"+string(p.UID)) {
+				found, _ = strconv.Atoi(filepath.Base(d))
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("none")
+	})
+	return found
+}
+
+// waitRegistered waits until the probe in the pod has registered (it prints its allocation
+// only after libvgpu.so registered and let CUDA initialise).
+func waitRegistered(t *testing.T, pod string) {
+	t.Helper()
+	eventually(t, 30*time.Second, pod+"'s probe holding its memory", func() (bool, error) {
+		out, err := run(t, "kubectl", "exec", "-n", testNS, pod, "-c", "app", "--", "cat", "/tmp/hold.out")
+		return err == nil && strings.Contains(out, "= 0"), fmt.Errorf("%q %v", out, err)
+	})
+}
+
+// vgpuEvents are the pod's events of the enforcer.
+func vgpuEvents(t *testing.T, pod string) []corev1.Event {
+	t.Helper()
+	l, err := kube.CoreV1().Events(testNS).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, e := range l.Items {
+		if e.Source.Component == "vgpu-dra-enforcer" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// waitEvent waits for the enforcer's Warning event with this reason on the pod.
+func waitEvent(t *testing.T, pod, reason, text string) {
+	t.Helper()
+	eventually(t, defaultTimeout, fmt.Sprintf("event %s on %s", reason, pod), func() (bool, error) {
+		for _, e := range vgpuEvents(t, pod) {
+			if e.Reason == reason && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, text) {
+				t.Logf("event on %s: %s %s", pod, e.Reason, e.Message)
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("events %v", vgpuEvents(t, pod))
+	})
+}

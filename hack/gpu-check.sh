@@ -59,6 +59,14 @@ echo "== refusal without the container's configuration"
 out=$(env "${vgpu_env[@]}" VGPU_TEST_ROOT=/nonexistent "$check" info $limit_mib 2>&1)
 expect "cuInit refused with a message" "$out" "refusing to run CUDA"
 
+echo "== context memory per process (the node-side enforcer's --enforce-slack-per-process, default 640Mi)"
+ctx=$(CUDA_VISIBLE_DEVICES=0 "$check" context 0 | sed -n 's/context_bytes=//p')
+if [ -n "$ctx" ] && [ "$ctx" -lt $((640 << 20)) ]; then
+	echo "ok   a context with a loaded module holds $((ctx >> 20)) MiB, under the default slack"
+else
+	echo "FAIL a context holds '${ctx:-unknown}' bytes: the default slack (640 MiB) is too small"; fail=1
+fi
+
 echo "== overhead (best of 5; the driver alone vs preloaded)"
 base=$(CUDA_VISIBLE_DEVICES=0 "$check" launch 200000 | sed -n 's/launch_ns=//p')
 config 0 0

@@ -4,7 +4,11 @@
  *   info <limit MiB>          memory info, allocation over / within the limit, NVML view
  *   launch <n>                ns per cuLaunchKernel of an empty kernel (asynchronous)
  *   alloc <n>                 ns per cuMemAlloc + cuMemFree pair of 1 MiB
- *   spin <seconds> <cycles>   launch a spinning kernel back to back; prints kernels/s */
+ *   spin <seconds> <cycles>   launch a spinning kernel back to back; prints kernels/s
+ *   context <unused>          what the driver charges this process with a context and a loaded
+ *                             module and no allocation, as NVML reports it: the node-side
+ *                             enforcer's slack per process (contract §15) */
+#include <unistd.h>
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,6 +56,7 @@ typedef CUresult cuLaunchKernel_t(CUfunction, unsigned, unsigned, unsigned, unsi
 typedef nvmlReturn_t nvmlInit_v2_t(void);
 typedef nvmlReturn_t nvmlDeviceGetHandleByIndex_v2_t(unsigned, nvmlDevice_t *);
 typedef nvmlReturn_t nvmlDeviceGetMemoryInfo_t(nvmlDevice_t, nvmlMemory_t *);
+typedef nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3_t(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *);
 
 static double now_ns(void)
 {
@@ -131,6 +136,19 @@ int main(int argc, char **argv)
 				return 5;
 		}
 		printf("alloc_pair_ns=%.1f\n", (now_ns() - t0) / (double)n);
+	} else if (strcmp(argv[1], "context") == 0) {
+		(void)kernel("spin"); /* a loaded module, as every real program has */
+		SYM(cuda, cuCtxSynchronize)();
+		nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+		nvmlDevice_t d;
+		nvmlProcessInfo_t procs[256];
+		unsigned n = 256;
+		if (nvml == NULL || SYM(nvml, nvmlInit_v2)() != 0 || SYM(nvml, nvmlDeviceGetHandleByIndex_v2)(0, &d) != 0 ||
+		    SYM(nvml, nvmlDeviceGetComputeRunningProcesses_v3)(d, &n, procs) != 0)
+			return 7;
+		for (unsigned i = 0; i < n; i++)
+			if (procs[i].pid == (unsigned)getpid())
+				printf("context_bytes=%llu\n", procs[i].usedGpuMemory);
 	} else if (strcmp(argv[1], "spin") == 0 && argc == 4) {
 		double seconds = atof(argv[2]);
 		unsigned long long cycles = strtoull(argv[3], NULL, 10);

@@ -213,6 +213,11 @@ func (e *Enforcer) Pass(ctx context.Context) {
 		byTarget := map[string]*usage{}
 		var order []*usage
 		for _, p := range procs {
+			if !p.Known {
+				// NVML cannot tell what it holds (NVML_VALUE_NOT_AVAILABLE; a simulated GPU's
+				// own processes): nothing is decided on it, it is neither counted nor killed.
+				continue
+			}
 			cg, ok := e.cgroupOf(p.PID)
 			if !ok {
 				continue // exited since NVML listed it
@@ -229,14 +234,10 @@ func (e *Enforcer) Pass(ctx context.Context) {
 				byTarget[t.Key] = u
 				order = append(order, u)
 			}
-			if p.Known {
-				u.bytes += p.UsedBytes
-			}
+			u.bytes += p.UsedBytes
 			u.pids = append(u.pids, p.PID)
 			u.cgroups = append(u.cgroups, cg)
-			// Only a figure NVML knows counts: where it cannot tell (NVML_VALUE_NOT_AVAILABLE, a
-			// simulated GPU's own processes) nothing is decided on it.
-			if t.MustRegister && p.Known && p.UsedBytes > 0 && !e.deps.Registered(p.PID, t.ConfigDir) {
+			if t.MustRegister && p.UsedBytes > 0 && !e.deps.Registered(p.PID, t.ConfigDir) {
 				u.unregistered = append(u.unregistered, p.PID)
 			}
 		}
@@ -295,8 +296,8 @@ func (e *Enforcer) check(logger logr.Logger, now time.Time, uuid string, u *usag
 	if u.bytes <= allowed {
 		return
 	}
-	msg := fmt.Sprintf("the processes of container %s hold %d MiB on GPU %s, over the claim's limit of %d MiB (with %d MiB of context slack for %d processes)",
-		t.Container, u.bytes>>20, uuid, limit>>20, (allowed-limit)>>20, len(u.pids))
+	msg := fmt.Sprintf("the processes of container %s hold %d MiB on GPU %s, over the claim's limit of %d MiB (with %d MiB of context slack for %s)",
+		t.Container, u.bytes>>20, uuid, limit>>20, (allowed-limit)>>20, countProcesses(len(u.pids)))
 	e.violation(logger, now, episodeKey{target: t.Key, gpu: uuid, reason: ReasonOverLimit}, *t, u, msg)
 }
 
@@ -394,6 +395,13 @@ func reasonEvent(reason string) string {
 		return "VGPUUnregisteredProcess"
 	}
 	return "VGPUForeignProcess"
+}
+
+func countProcesses(n int) string {
+	if n == 1 {
+		return "1 process"
+	}
+	return fmt.Sprintf("%d processes", n)
 }
 
 func pidList(pids []int) string {

@@ -188,8 +188,8 @@ func TestUnregisteredProcessKilled(t *testing.T) {
 	}
 }
 
-// A process that has a context but holds nothing yet, or whose figure NVML cannot tell, is not
-// acted on as unregistered: only memory NVML reports is.
+// A process that has a context but holds nothing yet is not acted on as unregistered, and one
+// whose figure NVML cannot tell is neither counted nor killed: only memory NVML reports is.
 func TestUnregisteredNeedsMemory(t *testing.T) {
 	n := newNode()
 	n.targets = []Target{tenant("a", "/kubepods/pod1/ctr-a", 10*GiB), {Key: "mon", Pod: "monitor", Cgroups: []string{"/kubepods/pod9/mon"},
@@ -298,5 +298,20 @@ func TestPerClaimTargetByPod(t *testing.T) {
 	n.passes(e, time.Second)
 	if !slices.Equal(n.killed, []int{11}) || n.actions["kill/over-limit"] != 1 || n.actions["report/foreign"] != 1 {
 		t.Errorf("killed %v, actions %v; want pod1's process held to this-gpu's 1 GiB and pod2's reported", n.killed, n.actions)
+	}
+}
+
+// A process whose memory NVML cannot tell is not killed with its container's others.
+func TestUnknownFigureNotKilled(t *testing.T) {
+	n := newNode()
+	n.targets = []Target{tenant("a", "/kubepods/pod1/ctr-a", 1*GiB)}
+	n.hold(gpuA, 11, "/kubepods/pod1/ctr-a", 4*GiB)
+	n.cgroups[12] = "/kubepods/pod1/ctr-a"
+	n.procs[gpuA] = append(n.procs[gpuA], gpu.ProcessMemory{PID: 12})
+	n.registered = map[int]bool{11: true}
+	e := n.enforcer(Config{})
+	n.passes(e, time.Second)
+	if !slices.Equal(n.killed, []int{11}) || !strings.Contains(strings.Join(n.events, ""), "context slack for 1 process") {
+		t.Errorf("killed %v, events %q; want only the process NVML reports, with one process's slack", n.killed, n.events)
 	}
 }

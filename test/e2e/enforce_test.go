@@ -27,11 +27,13 @@ func TestEnforcer(t *testing.T) {
 	installChart(t)
 	ensureNamespace(t)
 	uuid := firstSimulatedGPU(t)
+	var shares []obsShare
 	for _, name := range []string{"enf-over", "enf-unreg", "enf-good"} {
 		createClaim(t, claimFor(name, "1Gi", 10))
 		createPod(t, vgpuPod(name, name))
-		defer deletePod(t, name)
+		shares = append(shares, obsShare{name: name})
 	}
+	defer cleanupShares(t, shares)
 	for _, name := range []string{"enf-over", "enf-unreg", "enf-good"} {
 		waitRunning(t, name)
 	}
@@ -45,10 +47,16 @@ func TestEnforcer(t *testing.T) {
 	good := hostPID(t, "enf-good", "vgpu_probe")
 	waitRegistered(t, "enf-over")
 	waitRegistered(t, "enf-good")
-	// enf-unreg: a process that never registered (sleep does not use CUDA, so libvgpu.so never
-	// registers it) holding 100 MiB: what a process that bypassed the library looks like.
-	execIn(t, "enf-unreg", `sleep 600 >/dev/null 2>&1 &`)
-	unreg := hostPID(t, "enf-unreg", "sleep")
+	// enf-unreg: the tenant renames the library's directory away (root in the container needs no
+	// capability: /etc/vgpu-dra is a directory of its rootfs, not a mount point), so ld.so
+	// ignores /etc/ld.so.preload, and the probe allocates from the driver without libvgpu.so:
+	// it never registers. The GPU reports the 100 MiB it holds.
+	out := execIn(t, "enf-unreg", `mv /etc/vgpu-dra /etc/x && echo renamed; FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe hold 100 >/tmp/hold.out 2>&1 &`)
+	if !strings.Contains(out, "renamed") {
+		t.Fatalf("the rename of /etc/vgpu-dra: %q", out)
+	}
+	waitRegistered(t, "enf-unreg") // its allocation went through, with no registration
+	unreg := hostPID(t, "enf-unreg", "vgpu_probe")
 
 	setProcessMemory(t, uuid, good, 900<<20)
 	start := time.Now()
@@ -147,8 +155,8 @@ func hostPID(t *testing.T, pod, comm string) int {
 	return found
 }
 
-// waitRegistered waits until the probe in the pod has registered (it prints its allocation
-// only after libvgpu.so registered and let CUDA initialise).
+// waitRegistered waits until the probe in the pod holds its memory (with libvgpu.so it prints
+// its allocation only after the library registered and let CUDA initialise).
 func waitRegistered(t *testing.T, pod string) {
 	t.Helper()
 	eventually(t, 30*time.Second, pod+"'s probe holding its memory", func() (bool, error) {

@@ -44,6 +44,7 @@ type flags struct {
 	podName          string
 	driverName       string
 	extendedResource string
+	containerPolicy  string
 	tlsMode          string
 	tlsSecret        string
 	rotator          webhook.RotatorConfig
@@ -99,6 +100,7 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&f.rotator.DNSName, "tls-dns-name", "", "Self-managed mode: the name the certificate is issued for, <service>.<namespace>.svc.")
 	fs.StringVar(&f.rotator.MutatingConfiguration, "mutating-webhook-configuration", "", "Self-managed mode: the MutatingWebhookConfiguration whose caBundle the rotator keeps.")
 	fs.StringVar(&f.rotator.ValidatingConfiguration, "validating-webhook-configuration", "", "Self-managed mode: the ValidatingWebhookConfiguration whose caBundle the rotator keeps.")
+	fs.StringVar(&f.containerPolicy, "container-policy", string(webhook.PolicyAudit), "What a vGPU container must be: audit (admit, warn about root on a writable root file system), require-readonly-root or require-non-root (refuse the others, and ephemeral containers in vGPU pods); defence in depth, the wall is the node's enforcer.")
 	fs.DurationVar(&c.MissingClaimWait, "missing-claim-wait", webhook.DefaultMissingClaimWait, "How long a review waits for a ResourceClaim or template that its cache has not seen (a claim created just before its pod); keep it under the webhooks' timeoutSeconds.")
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", webhook.DefaultShutdownDelay, "After SIGTERM, how long the webhook keeps answering, unready, while its endpoints are withdrawn.")
 	common.AddFlags(fs)
@@ -109,6 +111,11 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 func (f *flags) config() (webhook.Config, error) {
 	c := f.cfg
 	c.Rules.ExtendedResource = corev1.ResourceName(f.extendedResource)
+	policy, err := webhook.ParseContainerPolicy(f.containerPolicy)
+	if err != nil {
+		return c, fmt.Errorf("--container-policy: %w", err)
+	}
+	c.Rules.ContainerPolicy = policy
 	c.Rules.UUIDAttribute = f.driverName + "/" + contract.AttributeUUID
 	if f.common.Enabled(featuregates.NRISupport) {
 		c.Rules.RequiredPlugin = f.driverName

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,8 @@ type Rules struct {
 	// RequiredPlugin is the NRI plugin name the annotation requires (the driver name); empty when
 	// the kubelet plugin runs without NRI: no annotation then (nothing would register it).
 	RequiredPlugin string
+	// ContainerPolicy is what a vGPU container must be (policy.go); PolicyAudit when empty.
+	ContainerPolicy ContainerPolicy
 }
 
 // Reviewer answers the AdmissionReviews of the four webhooks.
@@ -59,6 +62,8 @@ func NewReviewer(rules Rules, specs Specs, m *metrics.WebhookMetrics) *Reviewer 
 type outcome struct {
 	patch      []patchOperation
 	violations []Violation
+	// warnings are returned to the client with an admitted object (kubectl prints them).
+	warnings []string
 	// err is a failure of the review itself (not a rule): the request is refused with it.
 	err error
 }
@@ -113,6 +118,8 @@ func (r *Reviewer) serve(ctx context.Context, w http.ResponseWriter, httpReq *ht
 	switch {
 	case req.Kind.Kind != kind:
 		out.err = fmt.Errorf("this webhook reviews %s objects, not %s: check the webhook configuration's rules", kind, req.Kind.Kind)
+	case req.Operation == admissionv1.Update && req.SubResource == "ephemeralcontainers":
+		out = rv(ctx, req) // an ephemeral container joins a running pod (validatePod)
 	case req.Operation != admissionv1.Create:
 		// Everything the rules look at is immutable after creation (pod spec claims, env;
 		// claim and template specs): nothing to check on other operations.
@@ -147,7 +154,7 @@ func (r *Reviewer) serve(ctx context.Context, w http.ResponseWriter, httpReq *ht
 
 // respond turns an outcome into the AdmissionResponse and the decision label.
 func (r *Reviewer) respond(req *admissionv1.AdmissionRequest, out outcome) (*admissionv1.AdmissionResponse, string) {
-	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Warnings: out.warnings}
 	switch {
 	case out.err != nil:
 		resp.Allowed = false
@@ -195,11 +202,17 @@ func (r *Reviewer) mutatePod(ctx context.Context, req *admissionv1.AdmissionRequ
 
 // validatePod applies the pod rules to the pod's vGPU containers.
 func (r *Reviewer) validatePod(ctx context.Context, req *admissionv1.AdmissionRequest) outcome {
-	_, uses, out := r.decodePodUses(ctx, req)
+	pod, uses, out := r.decodePodUses(ctx, req)
 	if out != nil {
 		return *out
 	}
-	return outcome{violations: podRules(uses, r.rules.UUIDAttribute)}
+	policy := cmp.Or(r.rules.ContainerPolicy, PolicyAudit)
+	if req.SubResource == "ephemeralcontainers" {
+		refusals, warnings := ephemeralRules(policy, pod, uses)
+		return outcome{violations: refusals, warnings: warnings}
+	}
+	refusals, warnings := policyRules(policy, pod, uses)
+	return outcome{violations: append(podRules(uses, r.rules.UUIDAttribute), refusals...), warnings: warnings}
 }
 
 // decodePodUses decodes the pod and finds its vGPU containers; a non-nil outcome ends the review.

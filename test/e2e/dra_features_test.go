@@ -31,7 +31,7 @@ func TestDRAFeatures(t *testing.T) {
 	ensureFeatureNamespace(t)
 	defer cleanupFeatures(t)
 	node := nodeName(t)
-	gpus := simulatedGPUs(t)
+	gpus := simulatedGPUs(t, 2)
 
 	// Every example of deployments/examples, applied and run as a user would, one at a time.
 	t.Run("examples", func(t *testing.T) {

@@ -36,8 +36,8 @@ func controlClient() *http.Client {
 	}}}
 }
 
-// simulatedGPUs returns the UUIDs of the plugin's simulated GPUs by index.
-func simulatedGPUs(t *testing.T) []string {
+// simulatedGPUs returns the UUIDs of the plugin's n simulated GPUs by index.
+func simulatedGPUs(t *testing.T, n int) []string {
 	t.Helper()
 	var gpus []struct {
 		Index int    `json:"index"`
@@ -49,7 +49,7 @@ func simulatedGPUs(t *testing.T) []string {
 			return false, err
 		}
 		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&gpus) == nil && len(gpus) == 2, fmt.Errorf("gpus %+v", gpus)
+		return json.NewDecoder(resp.Body).Decode(&gpus) == nil && len(gpus) == n, fmt.Errorf("gpus %+v", gpus)
 	})
 	out := make([]string, len(gpus))
 	for _, g := range gpus {

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -26,7 +25,7 @@ import (
 func TestEnforcer(t *testing.T) {
 	installChart(t)
 	ensureNamespace(t)
-	uuid := firstSimulatedGPU(t)
+	uuid := simulatedGPUs(t, 1)[0]
 	var shares []obsShare
 	for _, name := range []string{"enf-over", "enf-unreg", "enf-good"} {
 		createClaim(t, claimFor(name, "1Gi", 10))
@@ -94,24 +93,6 @@ func TestEnforcer(t *testing.T) {
 			t.Errorf("enforcement_actions_total{action=kill,reason=%s} = %v (%v), want 1", reason, v, ok)
 		}
 	}
-}
-
-// firstSimulatedGPU is the UUID of the simulated GPU with index 0.
-func firstSimulatedGPU(t *testing.T) string {
-	t.Helper()
-	var gpus []struct {
-		Index int    `json:"index"`
-		UUID  string `json:"uuid"`
-	}
-	eventually(t, defaultTimeout, "the simulated-GPU control socket", func() (bool, error) {
-		resp, err := controlClient().Get("http://localhost/gpus")
-		if err != nil {
-			return false, err
-		}
-		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&gpus) == nil && len(gpus) > 0 && gpus[0].Index == 0, fmt.Errorf("gpus %+v", gpus)
-	})
-	return gpus[0].UUID
 }
 
 // setProcessMemory tells the simulated GPU that the host process pid holds bytes of it.

@@ -96,8 +96,6 @@ func (p *Plugin) becomeOwner(lock *instancelock.Lock, nriIndex, event string) (f
 	if t.registry, err = startRegistry(p.ctx, layout, registryTargets(p.nri, t.claims, layout), p.regm); err != nil {
 		return err
 	}
-	// The wall (contract §15): the owner's enforcer, with the registry's record of who registered.
-	p.startEnforcer(ctx, t, p.em)
 	p.delegate.set(t.driver, ctx)
 	if p.helper == nil {
 		if p.helper, err = p.startKubeletServices(); err != nil {
@@ -126,6 +124,10 @@ func (p *Plugin) becomeOwner(lock *instancelock.Lock, nriIndex, event string) (f
 	p.term.Store(t)
 	p.draGate.Own()
 	p.nriGate.Own()
+	// The wall (contract §15): the owner's enforcer, with the registry's record of who
+	// registered. Started once the node is this instance's, not between the NRI cache's rebuild
+	// (Own) and the ownership flip, a window kept as short as it can be.
+	p.startEnforcer(ctx, t, p.em)
 	p.hm.Owner.Set(1)
 	p.hm.Events.WithLabelValues(event).Inc()
 	p.state.waiting = ""

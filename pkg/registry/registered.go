@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -102,24 +104,18 @@ func (r *registered) prune() {
 	}
 }
 
-// listedIn reports whether the pids.config at path lists pid. The file is the registry's own
-// (contract §6: one decimal PID a line); it is read with a bound, and anything malformed lists
-// nothing.
+// listedIn reports whether the pids.config at path lists pid. The file is the registry's own; it
+// is read with contract §6's bound, and anything malformed lists nothing.
 func listedIn(path string, pid int) bool {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	buf := make([]byte, 64<<10)
-	n, _ := f.Read(buf)
-	want := strconv.Itoa(pid)
-	for line := range bytes.SplitSeq(buf[:n], []byte("\n")) {
-		if string(bytes.TrimSpace(line)) == want {
-			return true
-		}
-	}
-	return false
+	buf := make([]byte, contract.MaxPIDsConfigBytes)
+	n, _ := io.ReadFull(f, buf)
+	pids, err := contract.ParsePIDs(buf[:n])
+	return err == nil && slices.Contains(pids, pid)
 }
 
 // ProcessStartTicks reads a process's start time, in clock ticks since boot (field 22 of

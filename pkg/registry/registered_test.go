@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestRegisteredProcesses(t *testing.T) {
 		t.Fatalf("registration: %s %s", rep.Statuses[0], rep.Messages[0])
 	}
 	listed := readPIDs(t, dir)
-	if !contains(listed, bypasser.PID) || !contains(listed, reg.PID) {
+	if !slices.Contains(listed, bypasser.PID) || !slices.Contains(listed, reg.PID) {
 		t.Fatalf("pids.config %v, want both processes of the container", listed)
 	}
 	if !s.Registered(reg.PID, dir) || !s.Registered(reg.PID, "") {
@@ -58,15 +59,6 @@ func TestRegisteredProcesses(t *testing.T) {
 	if s.Registered(reg.PID, dir) {
 		t.Errorf("a process that exited is still registered")
 	}
-}
-
-func contains(list []int, v int) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // TestProcessStartTicks reads field 22 of a stat line whose command name holds spaces and

@@ -1,21 +1,15 @@
 package usage
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
-
-// maxPIDsBytes bounds the pids.config the sampler reads: 64 KiB is over 8,000 PIDs, far more
-// than one container runs on a GPU.
-const maxPIDsBytes = 64 << 10
 
 // readSmallFile reads the regular file name in dir, at most limit bytes, without following a
 // symlink or blocking on a FIFO. The config directory is the plugin's own and read-only in the
@@ -65,20 +59,16 @@ func readConfig(configDir string) (contract.ContainerConfig, error) {
 // readPIDs reads the host PIDs the registry wrote into a config directory (contract §6). A
 // missing file is no PID: nothing in the container has registered yet.
 func readPIDs(configDir string) ([]int, error) {
-	data, err := readSmallFile(configDir, contract.PIDsConfigName, maxPIDsBytes)
+	data, err := readSmallFile(configDir, contract.PIDsConfigName, contract.MaxPIDsConfigBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	pids := make([]int, 0, bytes.Count(data, []byte{'\n'}))
-	for line := range bytes.Lines(data) {
-		pid, err := strconv.Atoi(string(bytes.TrimSuffix(line, []byte{'\n'})))
-		if err != nil || pid <= 0 {
-			return nil, fmt.Errorf("%s holds %q, not a PID", filepath.Join(configDir, contract.PIDsConfigName), line)
-		}
-		pids = append(pids, pid)
+	pids, err := contract.ParsePIDs(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(configDir, contract.PIDsConfigName), err)
 	}
 	return pids, nil
 }

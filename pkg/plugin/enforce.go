@@ -75,17 +75,13 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 func enforceTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.Layout, v1Pids bool) []enforce.Target {
 	var out []enforce.Target
 	if cache != nil {
-		newest := map[[2]string]nri.Instance{}
-		for _, in := range cache.List() { // ordered by pod, name and creation: the last wins
-			newest[[2]string{in.PodUID, in.ContainerName}] = in
-		}
-		for _, in := range newest {
+		for _, in := range liveInstances(cache) {
 			cg := in.Cgroup.Unified
 			if v1Pids {
 				cg = in.Cgroup.PIDsV1
 			}
-			if in.State == nri.StateStopped || cg == "" {
-				continue
+			if cg == "" {
+				continue // created, not started: no process yet
 			}
 			c, ok := store.Get(in.ClaimUID)
 			if !ok {

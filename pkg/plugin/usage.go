@@ -73,13 +73,9 @@ func usageTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.Lay
 		claims := store.Snapshot().Claims
 		var out []usage.Target
 		if cache != nil {
-			newest := map[[2]string]nri.Instance{}
-			for _, in := range cache.List() { // ordered by pod, name and creation: the last wins
-				newest[[2]string{in.PodUID, in.ContainerName}] = in
-			}
-			for _, in := range newest {
+			for _, in := range liveInstances(cache) {
 				c, ok := claims[in.ClaimUID]
-				if in.State == nri.StateStopped || !ok {
+				if !ok {
 					continue
 				}
 				dirs, err := layout.ContainerDirs(in.ClaimUID, in.PodUID, in.ContainerName)
@@ -102,6 +98,22 @@ func usageTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.Lay
 		}
 		return out
 	}
+}
+
+// liveInstances are the newest instance of every (pod, container name) of the NRI cache that has
+// not stopped: the container whose directory, limits and processes the name stands for now.
+func liveInstances(cache *nri.Cache) []nri.Instance {
+	newest := map[[2]string]nri.Instance{}
+	for _, in := range cache.List() { // ordered by pod, name and creation: the last wins
+		newest[[2]string{in.PodUID, in.ContainerName}] = in
+	}
+	out := make([]nri.Instance, 0, len(newest))
+	for _, in := range newest {
+		if in.State != nri.StateStopped {
+			out = append(out, in)
+		}
+	}
+	return out
 }
 
 // usageGPUs is the driver's view of the GPUs, already in the sampler's terms.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/informers"
@@ -88,15 +87,15 @@ type Webhook struct {
 	// the health and metrics servers (nil when disabled).
 	Addr, HealthAddr, MetricsAddr net.Addr
 
-	health   *health.Server
-	draining atomic.Bool
-	done     chan struct{}
-	err      error
+	health  *health.Server
+	drainer drainer
+	done    chan struct{}
+	err     error
 }
 
 // Start builds the webhook in order (informers, certificate, admission server, health and
-// metrics) and serves until ctx ends; then it turns unready, keeps answering for ShutdownDelay,
-// and stops. A certificate rotator that fails stops it at once with that error (Wait).
+// metrics) and serves until ctx ends; then it turns unready, keeps answering for ShutdownDelay
+// and until reviews stop coming, closing each connection after its answer (drainer), and stops. A certificate rotator that fails stops it at once with that error (Wait).
 func Start(ctx context.Context, cfg Config, deps Deps) (*Webhook, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -156,7 +155,7 @@ func (w *Webhook) addReadinessChecks(specs *CacheSpecs, cert *servingCert, self 
 		w.health.AddReadiness("ca-injected", self.Check)
 	}
 	w.health.AddReadiness("serving", func(context.Context) error {
-		if w.draining.Load() {
+		if w.drainer.draining.Load() {
 			return errors.New("shutting down")
 		}
 		return nil
@@ -167,7 +166,7 @@ func (w *Webhook) addReadinessChecks(specs *CacheSpecs, cert *servingCert, self 
 func (w *Webhook) serve(ctx context.Context, cfg Config, specs Specs, cert *servingCert) (*httpsServer, error) {
 	reg := component.NewMetricsRegistry()
 	reviewer := NewReviewer(cfg.Rules, specs, metrics.NewWebhookMetrics(reg))
-	srv, err := serveHTTPS(ctx, cfg.Address, reviewer.Handler(ctx), cert.GetCertificate)
+	srv, err := serveHTTPS(ctx, cfg.Address, w.drainer.wrap(reviewer.Handler(ctx)), cert.GetCertificate)
 	if err != nil {
 		return nil, err
 	}
@@ -187,9 +186,7 @@ func (w *Webhook) stop(ctx context.Context, delay time.Duration, fatal <-chan er
 	var err error
 	select {
 	case <-ctx.Done():
-		w.draining.Store(true)
-		klog.FromContext(ctx).Info("Shutting down: unready, still answering while endpoints forget this pod", "delay", delay)
-		time.Sleep(delay) // not a synchronisation: the lag of other components, which this pod cannot observe
+		w.drainer.drain(ctx, delay)
 	case err = <-fatal:
 	}
 	return errors.Join(err, srv.shutdown(10*time.Second))

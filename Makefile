@@ -8,7 +8,7 @@ GO_PACKAGES := ./...
 export TMPDIR ?= /tmp
 
 .PHONY: all build test-deps test test-go test-tools test-monitoring test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz fuzz-long bench bench-go bench-library bench-compare bench-throughput bench-summary clean
-.PHONY: cluster-bins cluster-up cluster-down e2e chaos chaos-short demo bench-webhook
+.PHONY: cluster-bins cluster-up cluster-down e2e chaos chaos-short demo bench-webhook escape
 
 all: build
 
@@ -71,11 +71,23 @@ lint:
 	$(GO) vet -tags e2e ./test/e2e/
 	$(GO) vet -tags benchcompare ./test/benchcompare/
 	$(GO) vet -tags chaos ./test/chaos/
+	$(GO) vet -tags escape ./test/escape/
 	hack/check-readme-layout.sh
 	@for m in . hack/tools; do \
 	  if ! out=$$(cd $$m && GOFLAGS= $(GO) mod tidy -diff 2>&1); then \
 	    echo "go.mod/go.sum in $$m are not tidy (run: cd $$m && go mod tidy):"; echo "$$out"; exit 1; fi; \
 	done
+
+## escape: the red-team suite (test/escape; root, about 2 min): each technique a tenant would try
+## to get more than its claim, run in a container-like sandbox against the shipped libvgpu.so,
+## the fake driver and the node's real registry and enforcer; fails when one gets more than its
+## claim, or when docs/design/threat-model.md's table of verdicts differs from what it saw
+## (ESCAPE_UPDATE=1 rewrites the table). Figures: _output/escape/report.md.
+escape:
+	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(LIBRARY_BUILD) -j2
+	cd test/escape && LIBRARY_BUILD=$(LIBRARY_BUILD) ESCAPE_REPORT=$(OUTPUT)/escape/report.md $(GO) test -tags escape -count=1 -timeout 15m .
+	@cat $(OUTPUT)/escape/report.md
 
 ## fuzz: bounded fuzzing of the registry frame parser (the corpus of new findings stays in
 ## Go's fuzz cache on the machine; crashers are written to pkg/registry/testdata/fuzz).

@@ -21,6 +21,17 @@ func NewNVML() (Source, error) {
 	return src, nil
 }
 
+// NewNVMLAt opens the libnvidia-ml.so.1 at path instead of the one the dynamic loader finds:
+// the red-team suite (test/escape) reads the library test suite's fake driver through the same
+// reader the plugin uses.
+func NewNVMLAt(path string) (Source, error) {
+	src, err := openNVML(nvml.New(nvml.WithLibraryPath(path)), func(string) (*int, error) { return nil, nil })
+	if err != nil {
+		return nil, err
+	}
+	return src, nil
+}
+
 // openNVML initialises lib and wraps it in the shared reader. It is where the real and the
 // simulated source meet: everything after it is the same code for both.
 func openNVML(lib nvml.Interface, numa func(pciBusID string) (*int, error)) (*nvmlSource, error) {

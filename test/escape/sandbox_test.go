@@ -48,6 +48,9 @@ func newSandbox(t *testing.T, n *node, name string, limitMiB uint64, readOnlyRoo
 	t.Helper()
 	s := &sandbox{name: name, dir: filepath.Join(n.dir, name), podUID: uidOf("pod/" + name), limit: limitMiB << 20, readOnlyRoot: readOnlyRoot}
 	root, state := s.root(), s.state()
+	// Registered first, so run last: after the cgroup is empty. The sandbox's mounts went with
+	// its mount namespace; removeUnmounted checks that before it removes anything.
+	t.Cleanup(func() { removeUnmounted(s.dir) })
 	for _, d := range []string{"usr", "etc/vgpu-dra/lib", "etc/vgpu-dra/config", "etc/vgpu-dra/registry", "tmp", "proc", "dev",
 		"opt/tenant", "run/fakegpu", "tmp/.vgpu_lock", "tmp/.vmem_node", strings.TrimPrefix(n.build, "/")} {
 		must(t, os.MkdirAll(filepath.Join(root, d), 0o755))

@@ -125,6 +125,9 @@ var (
 )
 
 func TestEscape(t *testing.T) {
+	resultsMu.Lock()
+	results = nil // -count=N: each run's table is its own
+	resultsMu.Unlock()
 	for _, tc := range techniques {
 		t.Run(tc.id, func(t *testing.T) {
 			r := runTechnique(t, tc)

@@ -61,7 +61,7 @@ func TestRolloutLosesNoReview(t *testing.T) {
 			return dialer.DialContext(ctx, network, addr)
 		},
 	}}
-	body := reviewBody(t, pod(nil, container("app")))
+	body := reviewBody(t, "Pod", pod(nil, container("app")))
 
 	var (
 		wg       sync.WaitGroup
@@ -122,8 +122,8 @@ func TestRolloutLosesNoReview(t *testing.T) {
 	}
 }
 
-// reviewBody is a CREATE review of obj, as the API server posts it.
-func reviewBody(t *testing.T, obj runtime.Object) []byte {
+// reviewBody is a CREATE review of obj, of kind, as the API server posts it.
+func reviewBody(t *testing.T, kind string, obj runtime.Object) []byte {
 	t.Helper()
 	raw, err := json.Marshal(obj)
 	if err != nil {
@@ -131,7 +131,7 @@ func reviewBody(t *testing.T, obj runtime.Object) []byte {
 	}
 	body, err := json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{UID: "uid-1", Kind: metav1.GroupVersionKind{Kind: "Pod"},
+		Request: &admissionv1.AdmissionRequest{UID: "uid-1", Kind: metav1.GroupVersionKind{Kind: kind},
 			Namespace: "ns", Name: "x", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw}},
 	})
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2/ktesting"
@@ -173,17 +172,7 @@ func writeTestCert(t *testing.T, dir string) *x509.CertPool {
 // postReview sends obj as the object of a CREATE review of kind and returns the response.
 func postReview(t *testing.T, client *http.Client, url, kind string, obj runtime.Object) *admissionv1.AdmissionResponse {
 	t.Helper()
-	raw, err := json.Marshal(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	review := admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{UID: types.UID("uid-1"), Kind: metav1.GroupVersionKind{Kind: kind},
-			Namespace: "ns", Name: "x", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw}},
-	}
-	body, _ := json.Marshal(review)
-	r, err := client.Post(url, "application/json", bytes.NewReader(body))
+	r, err := client.Post(url, "application/json", bytes.NewReader(reviewBody(t, kind, obj)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,10 @@ import (
 )
 
 // BenchmarkEnforcerPass is one enforcer pass at 100 vGPU containers, each with two processes
-// holding memory within its limit, on 8 simulated GPUs (go-nvml's mocks: the same NVML calls as
+// holding memory within its limit and SMs within its cores (the compute rule's window kept), on
+// 8 simulated GPUs (go-nvml's mocks: the same NVML calls as
 // on a real node), with a real /proc/<pid>/cgroup read per process. The baseline, measured in
-// the same run, is the pass's NVML reads alone. It reports the pass's time, its share of one
+// the same run, is the pass's NVML reads alone (memory and utilisation). It reports the pass's time, its share of one
 // core at the default period (target ≤ 1 %) and the ratio to the baseline.
 func BenchmarkEnforcerPass(b *testing.B) {
 	sim, err := gpu.NewSimulated("dgx-h200", 8, "bench")
@@ -38,16 +39,18 @@ func BenchmarkEnforcerPass(b *testing.B) {
 	}
 	byGPU := map[string][]gpu.ProcessMemory{}
 	cgroupOf := map[int]string{}
+	utilByGPU := map[string][]gpu.ProcessSample{}
 	var targets []Target
 	for i := range 100 {
 		uuid := uuids[i%len(uuids)]
 		cg := fmt.Sprintf("/kubepods/besteffort/pod%03d/ctr", i)
 		targets = append(targets, Target{Key: fmt.Sprint(i), Pod: fmt.Sprint(i), Cgroups: []string{cg},
-			Limits: map[string]uint64{uuid: 4 << 30}, MustRegister: true})
+			Limits: map[string]uint64{uuid: 4 << 30}, CoreLimits: map[string]uint32{uuid: 30}, MustRegister: true})
 		for j := range 2 {
 			pid := 1000 + 2*i + j
 			cgroupOf[pid] = cg
 			byGPU[uuid] = append(byGPU[uuid], gpu.ProcessMemory{PID: pid, UsedBytes: 1 << 30, Known: true})
+			utilByGPU[uuid] = append(utilByGPU[uuid], gpu.ProcessSample{PID: pid, SMUtil: 12})
 		}
 	}
 	procs := func(uuid string) ([]gpu.ProcessMemory, error) {
@@ -56,10 +59,23 @@ func BenchmarkEnforcerPass(b *testing.B) {
 		}
 		return byGPU[uuid], nil
 	}
+	var stamp uint64
+	util := func(uuid string, since uint64) ([]gpu.ProcessSample, error) {
+		if _, err := sim.ProcessUtilization(uuid, since); err != nil { // the compute rule's NVML call
+			return nil, err
+		}
+		stamp++
+		out := utilByGPU[uuid]
+		for i := range out {
+			out[i].TimeStamp = stamp
+		}
+		return out, nil
+	}
 	deps := Deps{
-		GPUs:      func() []string { return uuids },
-		Targets:   func() []Target { return targets },
-		Processes: procs,
+		GPUs:        func() []string { return uuids },
+		Targets:     func() []Target { return targets },
+		Processes:   procs,
+		Utilization: util,
 		CgroupOf: func(pid int) (string, error) {
 			if _, err := h.OfPID(self); err != nil {
 				return "", err
@@ -75,6 +91,7 @@ func BenchmarkEnforcerPass(b *testing.B) {
 		for b.Loop() {
 			for _, u := range uuids {
 				_, _ = procs(u)
+				_, _ = util(u, 0)
 			}
 		}
 		baseline = float64(b.Elapsed().Nanoseconds()) / float64(b.N)

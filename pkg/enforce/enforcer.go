@@ -57,6 +57,9 @@ type Target struct {
 	Limits map[string]uint64
 	// Unlimited are the GPUs the target uses without a memory limit (admin access, a whole GPU).
 	Unlimited map[string]bool
+	// CoreLimits is the share of each GPU's SMs, in percent, the target may keep busy (UUID →
+	// 1-99); a GPU without one has no core limit (the whole GPU, admin access, no claim).
+	CoreLimits map[string]uint32
 	// MustRegister: its processes register with the registry before they use a GPU (every
 	// target with a limit: libvgpu.so registers before it lets CUDA initialise).
 	MustRegister bool
@@ -74,6 +77,8 @@ type Recorder interface {
 	Foreign(int)
 	// ReadError counts a failed read of a GPU's processes.
 	ReadError()
+	// Throttled sets the number of containers (and GPUs) being throttled after the last pass.
+	Throttled(int)
 }
 
 // Deps are where the enforcer's view of the node comes from and how it acts; the plugin
@@ -104,9 +109,16 @@ type Deps struct {
 	Event func(t Target, reason, message string)
 	// ForeignEvent raises a Warning event for a foreign process whose pod is known; may be nil.
 	ForeignEvent func(pid int, cgroup, message string)
-	Metrics      Recorder
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	// Utilization reads NVML's per-process SM utilisation samples of a GPU newer than since
+	// (gpu.Source.ProcessUtilization); nil: compute is not enforced.
+	Utilization func(uuid string, since uint64) ([]gpu.ProcessSample, error)
+	// Freeze freezes or thaws a cgroup (CgroupFreezer.Freeze); nil: compute is only reported.
+	Freeze  func(cgroup string, frozen bool) error
+	Metrics Recorder
+	// Now is the clock; time.Now when nil. After runs f after d (time.AfterFunc when nil):
+	// the thaw of a throttled container.
+	Now   func() time.Time
+	After func(d time.Duration, f func())
 }
 
 // ErrGone is wrapped by Deps.Kill's error for a process that had already exited.
@@ -127,6 +139,16 @@ type Enforcer struct {
 	// between is caught by that re-read and, before any kill, by Kill's own check.
 	cgroups map[int]cachedCgroup
 	passes  uint64
+
+	// compute is the compute rule's history, by target and GPU; utilSince the newest NVML
+	// utilisation sample seen per GPU; thawed the cgroups swept since this instance began to
+	// own the node, with the pass that last saw them (sweepThaw).
+	compute   map[computeKey]*coreState
+	utilSince map[string]uint64
+	thawed    map[string]uint64
+	// interval is how far apart passes really come, lastPass the latest's start (tick).
+	interval time.Duration
+	lastPass time.Time
 }
 
 type cachedCgroup struct {
@@ -157,7 +179,11 @@ func New(cfg Config, deps Deps) *Enforcer {
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
-	return &Enforcer{cfg: cfg, deps: deps, episodes: map[episodeKey]*episode{}, cgroups: map[int]cachedCgroup{}}
+	if deps.After == nil {
+		deps.After = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
+	}
+	return &Enforcer{cfg: cfg, deps: deps, episodes: map[episodeKey]*episode{}, cgroups: map[int]cachedCgroup{},
+		compute: map[computeKey]*coreState{}, utilSince: map[string]uint64{}}
 }
 
 // Config is the configuration in force, defaults filled in.
@@ -170,6 +196,9 @@ func (e *Enforcer) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			e.mu.Lock()
+			e.releaseCompute()
+			e.mu.Unlock()
 			return
 		case <-t.C:
 			e.Pass(ctx)
@@ -195,9 +224,11 @@ func (e *Enforcer) Pass(ctx context.Context) {
 	if e.deps.Ready != nil && !e.deps.Ready() {
 		clear(e.episodes)
 		clear(e.cgroups)
+		e.releaseCompute()
 		return
 	}
 	e.passes++
+	e.tick(start)
 	targets := e.deps.Targets()
 	owner := indexCgroups(targets, e.deps.PodOf)
 	foreign := 0
@@ -244,7 +275,11 @@ func (e *Enforcer) Pass(ctx context.Context) {
 		for _, u := range order {
 			e.check(logger, start, uuid, u)
 		}
+		if e.cfg.Cores != CoreOff && e.deps.Utilization != nil {
+			e.computePass(logger, start, uuid, owner)
+		}
 	}
+	e.endCompute()
 	for k, ep := range e.episodes {
 		if !ep.seen {
 			delete(e.episodes, k)
@@ -301,6 +336,14 @@ func (e *Enforcer) check(logger logr.Logger, now time.Time, uuid string, u *usag
 	e.violation(logger, now, episodeKey{target: t.Key, gpu: uuid, reason: ReasonOverLimit}, *t, u, msg)
 }
 
+// graceOver says whether an episode seen first at since has lasted the grace by the pass at
+// now. Passes come a period apart, give or take the ticker's and the scheduler's jitter: the pass
+// due at the grace's end counts even when it starts a little early (within a quarter period),
+// or every reaction would take a period more than it should.
+func (e *Enforcer) graceOver(now, since time.Time) bool {
+	return now.Sub(since)+e.cfg.Period/4 >= e.cfg.Grace
+}
+
 // violation records that the episode goes on and, past the grace, kills the target's
 // processes on the GPU: once with the event, the count and the log line, and again in later
 // passes for any that survived. It reports whether it killed.
@@ -311,9 +354,10 @@ func (e *Enforcer) violation(logger logr.Logger, now time.Time, key episodeKey, 
 		e.episodes[key] = ep
 	}
 	ep.seen = true
-	if now.Sub(ep.since) < e.cfg.Grace {
+	if !e.graceOver(now, ep.since) {
 		return false
 	}
+	e.thawTarget(t.Key)
 	killed, failed := e.killAll(u.pids, u.cgroups)
 	if ep.acted {
 		return true
@@ -347,7 +391,7 @@ func (e *Enforcer) foreign(logger logr.Logger, now time.Time, uuid string, p gpu
 	ep.seen = true
 	var action, msg string
 	switch {
-	case e.cfg.Foreign == PolicyKill && now.Sub(ep.since) >= e.cfg.Grace:
+	case e.cfg.Foreign == PolicyKill && e.graceOver(now, ep.since):
 		killed, failed := e.killAll([]int{p.PID}, []string{cg})
 		if ep.acted {
 			return

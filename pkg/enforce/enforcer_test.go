@@ -31,6 +31,7 @@ type node struct {
 	killed     []int
 	events     []string
 	actions    map[string]int
+	throttled  int
 }
 
 func newNode() *node {
@@ -93,6 +94,7 @@ func (r *recorder) Reaction(time.Duration)       {}
 func (r *recorder) Pass(time.Duration)           {}
 func (r *recorder) Foreign(int)                  {}
 func (r *recorder) ReadError()                   {}
+func (r *recorder) Throttled(n int)              { r.throttled = n }
 
 // passes runs a pass every period for d.
 func (n *node) passes(e *Enforcer, d time.Duration) {
@@ -116,7 +118,7 @@ func TestOverLimitKilledAfterGrace(t *testing.T) {
 	n.registered = map[int]bool{11: true, 12: true, 21: true}
 	e := n.enforcer(Config{SlackPerProcess: 256 * MiB})
 
-	n.passes(e, 750*time.Millisecond)
+	n.passes(e, DefaultGrace-DefaultPeriod)
 	if len(n.killed) != 0 {
 		t.Fatalf("killed %v within the grace", n.killed)
 	}
@@ -251,7 +253,7 @@ func TestNotReadyDoesNothing(t *testing.T) {
 		t.Fatalf("acted while not ready: killed %v, actions %v", n.killed, n.actions)
 	}
 	n.ready = true
-	n.passes(e, 750*time.Millisecond)
+	n.passes(e, DefaultGrace-DefaultPeriod)
 	if len(n.killed) != 0 {
 		t.Fatalf("killed %v before a full grace observed while ready", n.killed)
 	}

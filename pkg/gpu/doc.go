@@ -15,5 +15,7 @@
 //
 // Per-process usage (ProcessUtilization, ProcessMemory) is NVML's per-process utilisation
 // samples and compute-process list. A simulated GPU runs the processes SetProcesses names and
-// reports a fixed, per-PID utilisation for each (SimulatedSMUtil), so tests can assert figures.
+// reports a fixed, per-PID utilisation for each within its share of its container's cores
+// (SimulatedSMUtil), so tests can assert figures and a well-behaved container is never over its
+// core limit; SetProcessUsage sets what a misbehaving one uses.
 package gpu

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,20 +15,35 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 )
 
-// SimulatedProcesses names the processes that run on a simulated GPU: the host PIDs on the GPU
-// with this UUID. A simulated GPU has no processes of its own; the plugin tells it which
-// containers' processes it holds (those whose vgpu.config lists the GPU), and NVML's
-// per-process readers then report them as a real GPU reports the processes that use it.
-type SimulatedProcesses func(uuid string) []int
+// SimulatedProcesses names the processes that run on a simulated GPU with this UUID. A
+// simulated GPU has no processes of its own; the plugin tells it which containers' processes it
+// holds (those whose vgpu.config lists the GPU), and NVML's per-process readers then report them
+// as a real GPU reports the processes that use it.
+type SimulatedProcesses func(uuid string) []SimulatedProcess
+
+// SimulatedProcess is one process on a simulated GPU.
+type SimulatedProcess struct {
+	PID int
+	// CoreShare is the share of the GPU's SMs, in percent, the process may keep busy: its
+	// container's core limit divided among the container's processes on the GPU, as libvgpu.so's
+	// limiter holds them; 0 (or 100 and more): the whole GPU.
+	CoreShare float64
+}
 
 // SimulatedSMUtil is the SM utilisation, in percent, that a simulated GPU reports for the
-// process with this PID in every sample: deterministic, so that tests can assert the figures
-// derived from it, and different between processes (5 to 95 in steps of 5).
-func SimulatedSMUtil(pid int) uint32 {
+// process with this PID and core share (SimulatedProcess) in every sample, unless a test set
+// one (SetProcessUsage): deterministic, so that tests can assert the figures derived from it,
+// different between processes (5 to 95 % of its share in steps of 5), and within the share, so
+// that a container that lets the library work never looks over its core limit.
+func SimulatedSMUtil(pid int, share float64) uint32 {
 	if pid < 0 {
 		pid = -pid
 	}
-	return uint32(5 + (pid%19)*5)
+	u := uint32(5 + (pid%19)*5)
+	if share <= 0 || share >= 100 {
+		return u
+	}
+	return uint32(math.Floor(float64(u) * share / 100))
 }
 
 // simUsage is the simulated GPUs' per-process state.
@@ -116,7 +132,7 @@ func (s *Simulated) SetProcesses(procs SimulatedProcesses) {
 	s.usage.processes.Store(&procs)
 }
 
-func (u *simUsage) pids(uuid string) []int {
+func (u *simUsage) pids(uuid string) []SimulatedProcess {
 	p := u.processes.Load()
 	if p == nil {
 		return nil
@@ -137,13 +153,13 @@ func (u *simUsage) installUsageMocks(dev *server.Device) {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
 		out := make([]nvml.ProcessUtilizationSample, 0, len(pids)+len(held))
-		for _, pid := range pids {
-			if _, set := held[pid]; !set {
-				out = append(out, nvml.ProcessUtilizationSample{Pid: uint32(pid), TimeStamp: now, SmUtil: SimulatedSMUtil(pid)})
+		for _, p := range pids {
+			if _, set := held[p.PID]; !set {
+				out = append(out, nvml.ProcessUtilizationSample{Pid: uint32(p.PID), TimeStamp: now, SmUtil: SimulatedSMUtil(p.PID, p.CoreShare)})
 			}
 		}
 		for _, pid := range slices.Sorted(maps.Keys(held)) {
-			sm := SimulatedSMUtil(pid)
+			sm := SimulatedSMUtil(pid, 0)
 			if h := held[pid]; h.hasSM {
 				sm = h.smUtil
 			}
@@ -157,9 +173,9 @@ func (u *simUsage) installUsageMocks(dev *server.Device) {
 		info := func(pid int, bytes uint64) nvml.ProcessInfo {
 			return nvml.ProcessInfo{Pid: uint32(pid), UsedGpuMemory: bytes, GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
 		}
-		for _, pid := range pids {
-			if _, set := held[pid]; !set {
-				out = append(out, info(pid, notAvailable))
+		for _, p := range pids {
+			if _, set := held[p.PID]; !set {
+				out = append(out, info(p.PID, notAvailable))
 			}
 		}
 		for _, pid := range slices.Sorted(maps.Keys(held)) {

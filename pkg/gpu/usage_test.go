@@ -15,9 +15,10 @@ func TestSimulatedProcessUtilization(t *testing.T) {
 	sim.usage.now = func() uint64 { return 5_000_000 }
 	gpu0, gpu1 := mockDevice(sim, 0).UUID, mockDevice(sim, 1).UUID
 	hidden := simulatedUUID(testNode, "dgx-h200", 5) // in the profile, beyond count
-	sim.SetProcesses(func(uuid string) []int {
+	sim.SetProcesses(func(uuid string) []SimulatedProcess {
 		if uuid == gpu0 {
-			return []int{100, 114, 4243}
+			// 4243's container may keep 20 % of the SMs busy: 35 % of that share is 7 %.
+			return []SimulatedProcess{{PID: 100}, {PID: 114, CoreShare: 100}, {PID: 4243, CoreShare: 20}}
 		}
 		return nil
 	})
@@ -29,9 +30,9 @@ func TestSimulatedProcessUtilization(t *testing.T) {
 		wantErr error
 	}{
 		{name: "every process, deterministic figures", uuid: gpu0, want: []ProcessSample{
-			{PID: 100, SMUtil: 30, TimeStamp: 5_000_000},  // 100 = 5*19 + 5
-			{PID: 114, SMUtil: 5, TimeStamp: 5_000_000},   // 114 = 6*19
-			{PID: 4243, SMUtil: 35, TimeStamp: 5_000_000}, // 4243 = 223*19 + 6
+			{PID: 100, SMUtil: 30, TimeStamp: 5_000_000}, // 100 = 5*19 + 5
+			{PID: 114, SMUtil: 5, TimeStamp: 5_000_000},  // 114 = 6*19
+			{PID: 4243, SMUtil: 7, TimeStamp: 5_000_000}, // 4243 = 223*19 + 6: 35 % of 20
 		}},
 		{name: "nothing newer than since", uuid: gpu0, since: 5_000_000, want: []ProcessSample{}},
 		{name: "a GPU without processes", uuid: gpu1, want: []ProcessSample{}},
@@ -66,11 +67,18 @@ func TestSimulatedProcessUtilization(t *testing.T) {
 func TestSimulatedSMUtilRange(t *testing.T) {
 	seen := map[uint32]bool{}
 	for pid := range 1000 {
-		u := SimulatedSMUtil(pid)
+		u := SimulatedSMUtil(pid, 0)
 		if u < 5 || u > 95 || u%5 != 0 {
-			t.Fatalf("SimulatedSMUtil(%d) = %d, want 5..95 in steps of 5", pid, u)
+			t.Fatalf("SimulatedSMUtil(%d, 0) = %d, want 5..95 in steps of 5", pid, u)
 		}
 		seen[u] = true
+		// Within a share, a process stays under it: a container that lets the library work is
+		// never over its core limit on a simulated GPU.
+		for _, share := range []float64{1, 7.5, 30, 99} {
+			if s := SimulatedSMUtil(pid, share); float64(s) >= share || s > u {
+				t.Fatalf("SimulatedSMUtil(%d, %v) = %d, want under the share and at most %d", pid, share, s, u)
+			}
+		}
 	}
 	if len(seen) != 19 {
 		t.Errorf("SimulatedSMUtil takes %d values, want 19", len(seen))
@@ -145,9 +153,9 @@ func TestSimulatedProcessUsage(t *testing.T) {
 	gpu0, gpu1 := mockDevice(sim, 0).UUID, mockDevice(sim, 1).UUID
 	alive := map[int]bool{100: true, 200: true, 300: true}
 	sim.usage.alive = func(pid int) bool { return alive[pid] }
-	sim.SetProcesses(func(uuid string) []int {
+	sim.SetProcesses(func(uuid string) []SimulatedProcess {
 		if uuid == gpu0 {
-			return []int{100, 200} // 200 is also set: the figure set wins
+			return []SimulatedProcess{{PID: 100}, {PID: 200, CoreShare: 10}} // 200 is also set: the figure set wins
 		}
 		return nil
 	})
@@ -181,8 +189,8 @@ func TestSimulatedProcessUsage(t *testing.T) {
 		t.Errorf("ProcessMemory = %+v, %v; want %+v", mem, err, wantMem)
 	}
 	samples, err := sim.ProcessUtilization(gpu0, 0)
-	wantSM := []ProcessSample{{PID: 100, SMUtil: SimulatedSMUtil(100), TimeStamp: 7_000_000},
-		{PID: 200, SMUtil: 70, TimeStamp: 7_000_000}, {PID: 300, SMUtil: SimulatedSMUtil(300), TimeStamp: 7_000_000}}
+	wantSM := []ProcessSample{{PID: 100, SMUtil: SimulatedSMUtil(100, 0), TimeStamp: 7_000_000},
+		{PID: 200, SMUtil: 70, TimeStamp: 7_000_000}, {PID: 300, SMUtil: SimulatedSMUtil(300, 0), TimeStamp: 7_000_000}}
 	if err != nil || !reflect.DeepEqual(samples, wantSM) {
 		t.Errorf("ProcessUtilization = %+v, %v; want %+v", samples, err, wantSM)
 	}

@@ -21,6 +21,8 @@ type EnforcementMetrics struct {
 	ForeignProcesses *metrics.Gauge
 	// ReadErrors counts failed reads of a GPU's processes.
 	ReadErrors *metrics.Counter
+	// ThrottledContainers is the number of containers (per GPU) the compute rule is throttling.
+	ThrottledContainers *metrics.Gauge
 }
 
 // NewEnforcementMetrics creates the enforcer's metrics and registers them on reg.
@@ -28,10 +30,10 @@ func NewEnforcementMetrics(reg metrics.KubeRegistry) *EnforcementMetrics {
 	m := &EnforcementMetrics{
 		Actions: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: Namespace, Name: "enforcement_actions_total",
-			Help:           "Actions of the node-side enforcer: processes killed (action kill) or reported (action report), one per container or foreign process, GPU and violation, by reason (over-limit, unregistered, foreign).",
+			Help:           "Actions of the node-side enforcer, one per container or foreign process, GPU and violation: processes killed (action kill), a violation reported (action report) or a container throttled (action throttle), by reason (over-limit, unregistered, foreign, over-core-limit).",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"action", "reason"}),
-		// The grace (1 s) plus at most a period (250 ms) with the defaults: 50 ms to ~100 s.
+		// The grace (750 ms) plus at most a period (250 ms) with the defaults: 50 ms to ~100 s.
 		ReactionSeconds: metrics.NewHistogram(&metrics.HistogramOpts{
 			Namespace: Namespace, Name: "enforcement_reaction_seconds",
 			Help:           "Time from the enforcer's first sample that showed a violation to the kill of the processes.",
@@ -54,8 +56,13 @@ func NewEnforcementMetrics(reg metrics.KubeRegistry) *EnforcementMetrics {
 			Help:           "Reads of a GPU's processes (NVML) that failed in an enforcer pass.",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		ThrottledContainers: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: Namespace, Name: "enforcement_throttled_containers",
+			Help:           "Containers, counted once per GPU, whose cgroups the enforcer is freezing in a duty cycle because their SM utilisation stayed over their core limit (--core-enforcement=throttle), after its latest pass.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 	}
-	reg.MustRegister(m.Actions, m.ReactionSeconds, m.PassSeconds, m.ForeignProcesses, m.ReadErrors)
+	reg.MustRegister(m.Actions, m.ReactionSeconds, m.PassSeconds, m.ForeignProcesses, m.ReadErrors, m.ThrottledContainers)
 	return m
 }
 
@@ -75,3 +82,6 @@ func (m *EnforcementMetrics) Foreign(n int) { m.ForeignProcesses.Set(float64(n))
 
 // ReadError counts one failed read.
 func (m *EnforcementMetrics) ReadError() { m.ReadErrors.Inc() }
+
+// Throttled sets the containers being throttled.
+func (m *EnforcementMetrics) Throttled(n int) { m.ThrottledContainers.Set(float64(n)) }

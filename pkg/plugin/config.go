@@ -75,6 +75,12 @@ type Config struct {
 	EnforceGrace            time.Duration
 	EnforceSlackPerProcess  int64
 	ForeignGPUProcessPolicy enforce.Policy
+	// CoreEnforcement is what the enforcer does about a container whose SM utilisation stays
+	// over its claim's cores (--core-enforcement: report, throttle or off), by more than
+	// CoreEnforceMargin points averaged over CoreEnforceWindow; zero values are the defaults.
+	CoreEnforcement   enforce.CoreMode
+	CoreEnforceMargin uint32
+	CoreEnforceWindow time.Duration
 
 	// NRISocket is the runtime's NRI socket (--nri-socket); required when NRI is on.
 	NRISocket string
@@ -202,6 +208,14 @@ func (c Config) Validate() error {
 		if _, err := enforce.ParsePolicy(string(c.ForeignGPUProcessPolicy)); err != nil {
 			errs = append(errs, fmt.Errorf("--foreign-gpu-process: %w", err))
 		}
+	}
+	if c.CoreEnforcement != "" {
+		if _, err := enforce.ParseCoreMode(string(c.CoreEnforcement)); err != nil {
+			errs = append(errs, fmt.Errorf("--core-enforcement: %w", err))
+		}
+	}
+	if c.CoreEnforceMargin > 100 || c.CoreEnforceWindow < 0 {
+		errs = append(errs, errors.New("--core-enforce-margin must be 1-100 and --core-enforce-window must not be negative"))
 	}
 	if c.NRIFailureGrace < 0 {
 		errs = append(errs, errors.New("--nri-failure-grace must not be negative"))

@@ -47,15 +47,26 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 		cache = p.nri.plugin.Cache()
 	}
 	layout := cfg.Layout()
-	e := enforce.New(enforce.Config{Period: cfg.EnforcePeriod, Grace: cfg.EnforceGrace, SlackPerProcess: slack, Foreign: cfg.ForeignGPUProcessPolicy}, enforce.Deps{
+	var freeze func(string, bool) error
+	if cfg.CoreEnforcement == enforce.CoreThrottle {
+		if fh, v1, err := registry.FreezerHierarchy("/proc", cgroups); err != nil {
+			p.logger.Error(err, "The enforcer cannot throttle containers over their core limit: it only reports them")
+		} else {
+			freeze = enforce.CgroupFreezer{Dir: fh.Dir, V1: v1}.Freeze
+		}
+	}
+	e := enforce.New(enforce.Config{Period: cfg.EnforcePeriod, Grace: cfg.EnforceGrace, SlackPerProcess: slack, Foreign: cfg.ForeignGPUProcessPolicy,
+		Cores: cfg.CoreEnforcement, CoreMargin: cfg.CoreEnforceMargin, CoreWindow: cfg.CoreEnforceWindow}, enforce.Deps{
 		Ready: func() bool {
 			return p.term.Load() == t && (cache == nil || cache.Synced())
 		},
-		GPUs:       func() []string { return servedGPUs(p.devices) },
-		Targets:    func() []enforce.Target { return enforceTargets(cache, t.store, layout, cgroups.V1Pids) },
-		Processes:  p.gpus.ProcessMemory,
-		CgroupOf:   cgroups.OfPID,
-		Registered: t.registry.Registered,
+		GPUs:        func() []string { return servedGPUs(p.devices) },
+		Targets:     func() []enforce.Target { return enforceTargets(cache, t.store, layout, cgroups.V1Pids) },
+		Processes:   p.gpus.ProcessMemory,
+		Utilization: p.gpus.ProcessUtilization,
+		Freeze:      freeze,
+		CgroupOf:    cgroups.OfPID,
+		Registered:  t.registry.Registered,
 		PodOf: func(cg string) (string, bool) {
 			pod, _, ok := registry.PodOfCgroup(cg)
 			return pod, ok
@@ -65,7 +76,8 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 		Metrics: em,
 	})
 	c := e.Config()
-	p.logger.Info("Node-side enforcement of memory limits", "period", c.Period, "grace", c.Grace, "slackPerProcess", c.SlackPerProcess, "foreignGPUProcess", c.Foreign, "cgroups", cgroups.String())
+	p.logger.Info("Node-side enforcement of memory and core limits", "period", c.Period, "grace", c.Grace, "slackPerProcess", c.SlackPerProcess, "foreignGPUProcess", c.Foreign,
+		"coreEnforcement", c.Cores, "coreMargin", c.CoreMargin, "coreWindow", c.CoreWindow, "throttle", freeze != nil, "cgroups", cgroups.String())
 	go e.Run(klog.NewContext(ctx, p.logger.WithName("enforce")))
 }
 
@@ -114,9 +126,34 @@ func enforceTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.L
 
 // addLimits sets the target's limit on each GPU from the claim's results it uses: their
 // memory adds up per GPU; a result without a memory figure (the whole GPU) or with admin
-// access leaves that GPU unlimited.
+// access leaves that GPU unlimited. Cores add up the same way, below 100; a result without a
+// core figure, or with admin access, leaves the GPU without a core limit.
 func addLimits(t *enforce.Target, devs []checkpoint.Device, results, admin []int) {
-	t.Limits, t.Unlimited = map[string]uint64{}, map[string]bool{}
+	t.Limits, t.Unlimited, t.CoreLimits = map[string]uint64{}, map[string]bool{}, map[string]uint32{}
+	noCores := map[string]bool{}
+	defer func() {
+		for uuid, c := range t.CoreLimits {
+			if noCores[uuid] || c >= 100 {
+				delete(t.CoreLimits, uuid)
+			}
+		}
+	}()
+	for _, i := range admin {
+		if i >= 0 && i < len(devs) {
+			noCores[devs[i].GPUUUID] = true
+		}
+	}
+	for _, i := range results {
+		if i < 0 || i >= len(devs) {
+			continue
+		}
+		switch d := devs[i]; {
+		case d.AdminAccess || d.Cores <= 0:
+			noCores[d.GPUUUID] = true
+		default:
+			t.CoreLimits[d.GPUUUID] += uint32(min(d.Cores, 100))
+		}
+	}
 	for _, i := range admin {
 		if i >= 0 && i < len(devs) {
 			t.Unlimited[devs[i].GPUUUID] = true

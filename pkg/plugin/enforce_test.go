@@ -10,29 +10,36 @@ import (
 
 // TestAddLimits: a container's limit on a GPU is the memory of the claim results it uses there,
 // added up; a whole-GPU or admin-access result leaves the GPU unlimited; results it does not use
-// count for nothing; only a container with a limited result must register.
+// count for nothing; only a container with a limited result must register. Cores add up the
+// same way; a GPU where they reach 100, or with a result without cores, has no core limit.
 func TestAddLimits(t *testing.T) {
 	devs := []checkpoint.Device{
-		{GPUUUID: "GPU-a", MemoryBytes: 4 << 30},
-		{GPUUUID: "GPU-a", MemoryBytes: 2 << 30},
+		{GPUUUID: "GPU-a", MemoryBytes: 4 << 30, Cores: 20},
+		{GPUUUID: "GPU-a", MemoryBytes: 2 << 30, Cores: 15},
 		{GPUUUID: "GPU-b", MemoryBytes: 0}, // the whole GPU
 		{GPUUUID: "GPU-c", AdminAccess: true},
-		{GPUUUID: "GPU-d", MemoryBytes: 8 << 30}, // not this container's
+		{GPUUUID: "GPU-d", MemoryBytes: 8 << 30, Cores: 50}, // not this container's
+		{GPUUUID: "GPU-e", MemoryBytes: 1 << 30},            // memory only: all the SMs
+		{GPUUUID: "GPU-f", MemoryBytes: 1 << 30, Cores: 60},
+		{GPUUUID: "GPU-f", MemoryBytes: 1 << 30, Cores: 60}, // 120 points: no limit at all
 	}
 	var tg enforce.Target
-	addLimits(&tg, devs, []int{0, 1, 2}, []int{3})
-	if want := map[string]uint64{"GPU-a": 6 << 30}; !reflect.DeepEqual(tg.Limits, want) {
+	addLimits(&tg, devs, []int{0, 1, 2, 5, 6, 7}, []int{3})
+	if want := map[string]uint64{"GPU-a": 6 << 30, "GPU-e": 1 << 30, "GPU-f": 2 << 30}; !reflect.DeepEqual(tg.Limits, want) {
 		t.Errorf("limits %v, want %v", tg.Limits, want)
 	}
 	if want := map[string]bool{"GPU-b": true, "GPU-c": true}; !reflect.DeepEqual(tg.Unlimited, want) {
 		t.Errorf("unlimited %v, want %v", tg.Unlimited, want)
+	}
+	if want := map[string]uint32{"GPU-a": 35}; !reflect.DeepEqual(tg.CoreLimits, want) {
+		t.Errorf("core limits %v, want %v", tg.CoreLimits, want)
 	}
 	if !tg.MustRegister {
 		t.Error("a container with limits need not register")
 	}
 	var monitor enforce.Target
 	addLimits(&monitor, devs, nil, []int{3})
-	if monitor.MustRegister || len(monitor.Limits) != 0 {
+	if monitor.MustRegister || len(monitor.Limits) != 0 || len(monitor.CoreLimits) != 0 {
 		t.Errorf("an admin-access container: %+v, want no limit and no registration", monitor)
 	}
 }

@@ -35,7 +35,7 @@ func (p *Plugin) startUsage(ctx context.Context, layout claimdir.Layout) *usage.
 	collector = usage.NewCollector(sampler.Snapshot)
 	p.metrics.Registry.CustomMustRegister(collector)
 	if sim, ok := p.gpus.(*gpu.Simulated); ok {
-		sim.SetProcesses(sampler.PIDsOn)
+		sim.SetProcesses(sampler.SimulatedProcessesOn)
 	}
 	go sampler.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("usage")))
 	return sampler

@@ -62,6 +62,27 @@ func DetectCgroupHierarchy(procRoot string) (CgroupHierarchy, error) {
 	return *v2, nil
 }
 
+// FreezerHierarchy returns the hierarchy whose freezer holds h's cgroups at the same paths: h
+// itself on cgroup v2 (cgroup.freeze is in every non-root cgroup), the v1 freezer controller's
+// mount beside a v1 pids hierarchy (v1 reports whether it is one). The enforcer's throttle
+// (pkg/enforce.CgroupFreezer) writes there.
+func FreezerHierarchy(procRoot string, h CgroupHierarchy) (freezer CgroupHierarchy, v1 bool, err error) {
+	if !h.V1Pids {
+		return h, false, nil
+	}
+	path := filepath.Join(procRoot, "self", "mountinfo")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return CgroupHierarchy{}, false, fmt.Errorf("find the cgroup v1 freezer: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if m, ok := parseMountinfoLine(line); ok && m.fsType == "cgroup" && slices.Contains(strings.Split(m.superOpts, ","), "freezer") {
+			return CgroupHierarchy{Mount: m.mountPoint, Root: m.root, Proc: procRoot}, true, nil
+		}
+	}
+	return CgroupHierarchy{}, false, fmt.Errorf("no cgroup v1 freezer hierarchy in %s (the node's cgroups are v1 pids)", path)
+}
+
 // UnifiedMount returns the mount point of a cgroup2 file system mounted with root "/" in
 // mountinfo (the content of /proc/<pid>/mountinfo).
 func UnifiedMount(mountinfo string) (string, bool) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -166,5 +167,32 @@ func TestPIDsWalksDescendants(t *testing.T) {
 	write("bad", "x\n")
 	if _, err := h.PIDs("/bad"); err == nil {
 		t.Fatal("garbage in cgroup.procs accepted")
+	}
+}
+
+func TestFreezerHierarchy(t *testing.T) {
+	withFreezer := hybridMountinfo + "39 30 0:36 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer\n"
+	proc := fakeProc(t, withFreezer, nil)
+	h, err := DetectCgroupHierarchy(proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, v1, err := FreezerHierarchy(proc, h)
+	if err != nil || !v1 || f.Mount != "/sys/fs/cgroup/freezer" || f.Root != "/" {
+		t.Fatalf("hybrid: %+v v1=%v, %v; want the v1 freezer mount", f, v1, err)
+	}
+	if dir, err := f.Dir("/kubepods/pod1/c"); err != nil || dir != "/sys/fs/cgroup/freezer/kubepods/pod1/c" {
+		t.Errorf("Dir = %q, %v", dir, err)
+	}
+	if _, _, err := FreezerHierarchy(fakeProc(t, hybridMountinfo, nil), h); err == nil || !strings.Contains(err.Error(), "no cgroup v1 freezer") {
+		t.Errorf("v1 pids without a freezer: %v, want an error saying so", err)
+	}
+	v2proc := fakeProc(t, v2Mountinfo, nil)
+	h2, err := DetectCgroupHierarchy(v2proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, v1, err := FreezerHierarchy(v2proc, h2); err != nil || v1 || f != h2 {
+		t.Errorf("v2: %+v v1=%v, %v; want the v2 hierarchy itself", f, v1, err)
 	}
 }

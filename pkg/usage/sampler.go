@@ -74,8 +74,8 @@ type Sampler struct {
 	deps Deps
 
 	snap atomic.Pointer[Snapshot]
-	// pidsByGPU is the current sample's processes per GPU, for the simulated GPUs.
-	pidsByGPU atomic.Pointer[map[string][]int]
+	// simulated is the current sample's processes per GPU, for the simulated GPUs.
+	simulated atomic.Pointer[map[string][]gpu.SimulatedProcess]
 
 	// sampling serialises Sample (Run's ticks, a test's explicit sample); what follows is
 	// owned by the sample in progress.
@@ -118,14 +118,34 @@ func (s *Sampler) Run(ctx context.Context) {
 // Snapshot is the latest sample; never nil, never changed.
 func (s *Sampler) Snapshot() *Snapshot { return s.snap.Load() }
 
-// PIDsOn lists the processes of the targets whose vgpu.config names the GPU, as of the latest
-// sample: the processes a simulated GPU runs (gpu.Simulated.SetProcesses).
-func (s *Sampler) PIDsOn(uuid string) []int {
-	m := s.pidsByGPU.Load()
+// SimulatedProcessesOn lists the processes of the targets whose vgpu.config names the GPU, as
+// of the latest sample, each with its share of the container's core limit there: the processes
+// a simulated GPU runs (gpu.Simulated.SetProcesses).
+func (s *Sampler) SimulatedProcessesOn(uuid string) []gpu.SimulatedProcess {
+	m := s.simulated.Load()
 	if m == nil {
 		return nil
 	}
 	return (*m)[uuid]
+}
+
+// addSimulated adds a container's processes on a simulated GPU, each with its share of the
+// container's cores. A process two targets list (only a test's own) keeps the smaller share.
+func addSimulated(procs []gpu.SimulatedProcess, pids []int, cores int64) []gpu.SimulatedProcess {
+	share := 0.0
+	if cores > 0 && cores < 100 {
+		share = float64(cores) / float64(len(pids))
+	}
+	for _, pid := range pids {
+		i := slices.IndexFunc(procs, func(p gpu.SimulatedProcess) bool { return p.PID == pid })
+		switch {
+		case i < 0:
+			procs = append(procs, gpu.SimulatedProcess{PID: pid, CoreShare: share})
+		case share > 0 && (procs[i].CoreShare == 0 || share < procs[i].CoreShare):
+			procs[i].CoreShare = share
+		}
+	}
+	return procs
 }
 
 // targetFiles is what one target's files say.
@@ -148,12 +168,14 @@ func (s *Sampler) Sample(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	files := s.readTargets(logger)
 	pidsByGPU := map[string][]int{}
+	simulated := map[string][]gpu.SimulatedProcess{}
 	for _, f := range files {
 		for _, g := range f.cfg.GPUs {
 			pidsByGPU[g.UUID] = append(pidsByGPU[g.UUID], f.pids...)
+			simulated[g.UUID] = addSimulated(simulated[g.UUID], f.pids, g.Cores)
 		}
 	}
-	s.pidsByGPU.Store(&pidsByGPU)
+	s.simulated.Store(&simulated)
 	gpus := s.deps.GPUs()
 	byUUID := make(map[string]*GPUUsage, len(gpus))
 	snap := &Snapshot{Taken: start, GPUs: make([]GPUUsage, len(gpus))}

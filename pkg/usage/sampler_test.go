@@ -71,7 +71,7 @@ func newNode(t testing.TB, gpus int, cfg usage.Config, nvml usage.NVML) *node {
 		ReadError: func(source string) { n.errors[source]++ },
 		Published: func(s *usage.Snapshot) { collector.Prepare(s) },
 	})
-	sim.SetProcesses(n.sampler.PIDsOn)
+	sim.SetProcesses(n.sampler.SimulatedProcessesOn)
 	n.reg = metrics.NewKubeRegistry()
 	collector = usage.NewCollector(n.sampler.Snapshot)
 	n.reg.CustomMustRegister(collector)
@@ -183,8 +183,8 @@ vgpu_dra_container_cores_limit_percent%[1]s 30
 vgpu_dra_container_cores_limit_percent%[2]s 20
 vgpu_dra_container_cores_limit_percent%[3]s 10
 vgpu_dra_container_cores_limit_percent%[4]s 100
-vgpu_dra_container_cores_used_percent%[1]s 35
-vgpu_dra_container_cores_used_percent%[2]s 35
+vgpu_dra_container_cores_used_percent%[1]s 4
+vgpu_dra_container_cores_used_percent%[2]s 7
 vgpu_dra_container_cores_used_percent%[3]s 0
 vgpu_dra_container_cores_used_percent%[4]s 0
 vgpu_dra_container_memory_refusals_total{claim="share-a",container="app",namespace="team",pod="a"} 3
@@ -193,7 +193,8 @@ vgpu_dra_container_memory_refusals_total{claim="per-claim",container="",namespac
 vgpu_dra_container_memory_refusals_total{claim="whole",container="train",namespace="batch",pod="whole"} 0
 vgpu_dra_usage_series_omitted 0
 `, a, b, pc, whole)
-	// a: PIDs 100 (30 %) and 114 (5 %); b: PID 4243 (35 %); nothing runs on GPU 1.
+	// a: PIDs 100 (30 % of its 15-point share of a's 30 %: 4) and 114 (5 % of 15: 0); b: PID
+	// 4243 (35 % of 20: 7); nothing runs on GPU 1.
 	n.sample(want, containerMetrics...)
 
 	gpuWant := fmt.Sprintf(`

@@ -21,19 +21,21 @@ import (
 // told what a process holds, as a real GPU would report a process that allocated around
 // libvgpu.so; the kubelet plugin's enforcer kills, within its grace, the processes of a container
 // over its limit and an unregistered process of a vGPU container, with a Warning event on the
-// pod, and leaves a well-behaved neighbour alone.
+// pod, reports (the chart's default --core-enforcement=report) a container whose process keeps
+// far more of the SMs busy than its claim's cores, and leaves a well-behaved neighbour alone.
 func TestEnforcer(t *testing.T) {
 	installChart(t)
 	ensureNamespace(t)
 	uuid := simulatedGPUs(t, 1)[0]
 	var shares []obsShare
-	for _, name := range []string{"enf-over", "enf-unreg", "enf-good"} {
+	pods := []string{"enf-over", "enf-unreg", "enf-good", "enf-busy"}
+	for _, name := range pods {
 		createClaim(t, claimFor(name, "1Gi", 10))
 		createPod(t, vgpuPod(name, name))
 		shares = append(shares, obsShare{name: name})
 	}
 	defer cleanupShares(t, shares)
-	for _, name := range []string{"enf-over", "enf-unreg", "enf-good"} {
+	for _, name := range pods {
 		waitRunning(t, name)
 	}
 
@@ -44,8 +46,13 @@ func TestEnforcer(t *testing.T) {
 	// enf-good: the same, holding 900 MiB on the GPU: within its limit and slack.
 	execIn(t, "enf-good", `FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe hold 512 >/tmp/hold.out 2>&1 &`)
 	good := hostPID(t, "enf-good", "vgpu_probe")
+	// enf-busy: registered, within its memory, but the GPU says it keeps 80 % of the SMs busy
+	// (a tenant who refilled the core limiter's tokens) against its claim's 10 %.
+	execIn(t, "enf-busy", `FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe hold 64 >/tmp/hold.out 2>&1 &`)
+	busy := hostPID(t, "enf-busy", "vgpu_probe")
 	waitRegistered(t, "enf-over")
 	waitRegistered(t, "enf-good")
+	waitRegistered(t, "enf-busy")
 	// enf-unreg: the tenant renames the library's directory away (root in the container needs no
 	// capability: /etc/vgpu-dra is a directory of its rootfs, not a mount point), so ld.so
 	// ignores /etc/ld.so.preload, and the probe allocates from the driver without libvgpu.so:
@@ -58,6 +65,7 @@ func TestEnforcer(t *testing.T) {
 	unreg := hostPID(t, "enf-unreg", "vgpu_probe")
 
 	setProcessMemory(t, uuid, good, 900<<20)
+	setProcessUsage(t, uuid, busy, 64<<20, 80)
 	start := time.Now()
 	setProcessMemory(t, uuid, over, 3<<30)
 	setProcessMemory(t, uuid, unreg, 100<<20)
@@ -70,6 +78,11 @@ func TestEnforcer(t *testing.T) {
 	t.Logf("both processes gone %v after the GPU reported them", time.Since(start).Round(time.Millisecond))
 	waitEvent(t, "enf-over", "VGPUMemoryLimitExceeded", "over the claim's limit of 1024 MiB")
 	waitEvent(t, "enf-unreg", "VGPUUnregisteredProcess", "without having registered")
+	// Reported after the window (10 s by default), once; the process keeps running.
+	waitEvent(t, "enf-busy", "VGPUCoreLimitExceeded", "over the claim's core limit of 10%")
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", busy)); err != nil {
+		t.Errorf("the process over its core limit is gone (the default only reports): %v", err)
+	}
 
 	// The well-behaved neighbour: several more passes, untouched, no event.
 	time.Sleep(3 * time.Second)
@@ -79,7 +92,7 @@ func TestEnforcer(t *testing.T) {
 	if evs := vgpuEvents(t, "enf-good"); len(evs) != 0 {
 		t.Errorf("events on the well-behaved pod: %v", evs)
 	}
-	for _, name := range []string{"enf-over", "enf-unreg", "enf-good"} {
+	for _, name := range pods {
 		if p, err := kube.CoreV1().Pods(testNS).Get(context.Background(), name, metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodRunning {
 			t.Errorf("pod %s: %v %v; the container's other processes (its init) are not the enforcer's to kill", name, p.Status.Phase, err)
 		}
@@ -93,12 +106,26 @@ func TestEnforcer(t *testing.T) {
 			t.Errorf("enforcement_actions_total{action=kill,reason=%s} = %v (%v), want 1", reason, v, ok)
 		}
 	}
+	if v, ok := seriesValue(m, "vgpu_dra_enforcement_actions_total", map[string]string{"action": "report", "reason": "over-core-limit"}); !ok || v != 1 {
+		t.Errorf("enforcement_actions_total{action=report,reason=over-core-limit} = %v (%v), want 1", v, ok)
+	}
 }
 
 // setProcessMemory tells the simulated GPU that the host process pid holds bytes of it.
 func setProcessMemory(t *testing.T, uuid string, pid int, bytes uint64) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost/gpus/%s/processes/%d?memory=%d", uuid, pid, bytes), nil)
+	setProcessUsage(t, uuid, pid, bytes, -1)
+}
+
+// setProcessUsage tells the simulated GPU that the host process pid holds bytes of it and,
+// unless sm is negative, keeps sm % of its SMs busy.
+func setProcessUsage(t *testing.T, uuid string, pid int, bytes uint64, sm int) {
+	t.Helper()
+	url := fmt.Sprintf("http://localhost/gpus/%s/processes/%d?memory=%d", uuid, pid, bytes)
+	if sm >= 0 {
+		url += fmt.Sprintf("&sm=%d", sm)
+	}
+	req, _ := http.NewRequest(http.MethodPost, url, nil)
 	resp, err := controlClient().Do(req)
 	if err != nil {
 		t.Fatal(err)

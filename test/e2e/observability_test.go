@@ -72,7 +72,7 @@ func TestObservability(t *testing.T) {
 		for _, s := range shares {
 			wantCores := 0.0
 			for _, pid := range pids[s.name] {
-				wantCores += float64(gpu.SimulatedSMUtil(pid))
+				wantCores += float64(gpu.SimulatedSMUtil(pid, float64(s.cores)/float64(len(pids[s.name]))))
 			}
 			want := map[string]float64{
 				"vgpu_dra_container_memory_used_bytes":   float64(s.holdMiB * mib),

@@ -34,10 +34,10 @@ const (
 	// wantMiB is what a tenant asks for: past its limit plus one process's slack.
 	wantMiB = 3072
 	// hold: how long a tenant keeps what it got; the enforcer's bound (grace plus a period,
-	// 1.25 s by default) is well inside it.
+	// 1 s by default) is well inside it.
 	hold = 4
 	// reactionBound is what a test accepts between the first sample over the bound and the
-	// container back under it: the enforcer's 1.25 s plus the harness's sampling and a loaded
+	// container back under it: the enforcer's 1 s plus the harness's sampling and a loaded
 	// machine's scheduling. make bench measures the reaction itself.
 	reactionBound = 3 * time.Second
 )

@@ -105,11 +105,13 @@ func TestUsageMetrics(t *testing.T) {
 		Refused: 2, Slots: []usagetest.Slot{usagetest.Live(map[int]uint64{0: 3 << 30})},
 	})
 	// Both containers' processes are this test's cgroup: the SM use is the simulated samples
-	// of the PIDs the registry listed, capped at 100 %.
+	// of the PIDs the registry listed, each within its share of the container's cores (and
+	// both containers list the same PIDs: the GPU reports each once, in the smaller share, b's).
+	pidLines := strings.Fields(readFile(t, filepath.Join(ctrs[0].dir, "config", contract.PIDsConfigName)))
 	var wantCores float64
-	for _, line := range strings.Fields(readFile(t, filepath.Join(ctrs[0].dir, "config", contract.PIDsConfigName))) {
+	for _, line := range pidLines {
 		pid, _ := strconv.Atoi(line)
-		wantCores += float64(gpu.SimulatedSMUtil(pid))
+		wantCores += float64(gpu.SimulatedSMUtil(pid, ctrs[1].limitCores/float64(len(pidLines))))
 	}
 	wantCores = min(wantCores, 100)
 	n.plugin.Usage().Sample(ctx)

@@ -1,0 +1,380 @@
+package enforce
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+)
+
+// The compute rule (contract §15, "Compute"): a container's SM utilisation on a GPU — the sum of
+// NVML's per-process samples of its processes — averaged over CoreWindow, above its core limit
+// by more than CoreMargin percentage points, is reported (CoreReport) or throttled
+// (CoreThrottle): the cgroups of its processes on that GPU are frozen for a share of every
+// period, the duty, until it would stay under the limit without it.
+//
+// The duty is a feedback loop, not a schedule: each pass estimates what the container would use
+// unthrottled (its utilisation over the last second divided by the share of that second it was
+// thawed) and moves the duty half-way towards 1 - limit/that, at most maxDuty. A kernel running
+// while its process is frozen keeps running — the freezer stops the process's CPU threads, so it
+// launches no more work — and one long kernel is therefore not preempted (threat model).
+
+// ReasonOverCoreLimit: the container's processes kept more of a GPU's SMs busy than its core
+// limit (plus the margin), averaged over the window.
+const ReasonOverCoreLimit = "over-core-limit"
+
+// ActionThrottle: the container's cgroups are frozen in a duty cycle (--core-enforcement=throttle).
+const ActionThrottle = "throttle"
+
+// CoreMode is what the enforcer does about sustained SM utilisation above a core limit
+// (--core-enforcement).
+type CoreMode string
+
+const (
+	// CoreReport counts, logs and raises an event once per episode; nothing is slowed down.
+	CoreReport CoreMode = "report"
+	// CoreThrottle also freezes the container's cgroups in a duty cycle until it is back under.
+	CoreThrottle CoreMode = "throttle"
+	// CoreOff reads no utilisation at all.
+	CoreOff CoreMode = "off"
+)
+
+// ParseCoreMode parses the flag's value.
+func ParseCoreMode(s string) (CoreMode, error) {
+	switch m := CoreMode(s); m {
+	case CoreReport, CoreThrottle, CoreOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("%q: want %s, %s or %s", s, CoreReport, CoreThrottle, CoreOff)
+}
+
+const (
+	// DefaultCoreMargin is how many percentage points a container's average SM utilisation may
+	// exceed its core limit by before it is acted on: NVML's per-process samples are coarse
+	// (a sample covers the last 1/6 s or so and rounds to whole percent) and the library's
+	// token buckets let a burst through at the start of each refill.
+	DefaultCoreMargin = 10
+	// DefaultCoreWindow is what the average is taken over: long enough that the library's
+	// bursts and a kernel that outlasts one refill average out, short enough that a tenant
+	// who refills the token file is acted on within seconds.
+	DefaultCoreWindow = 10 * time.Second
+	// maxDuty is the largest share of a period a container is frozen for: it always runs a
+	// little, so its utilisation can be measured and it can make progress.
+	maxDuty = 0.95
+	// minDuty: a duty below this is no throttle; the episode ends once it falls below while
+	// the container would stay under its limit unthrottled.
+	minDuty = 0.02
+	// estimateSpan is the recent history the unthrottled utilisation is estimated over.
+	estimateSpan = time.Second
+)
+
+type computeKey struct{ target, gpu string }
+
+// coreSample is one pass's figures for one target on one GPU.
+type coreSample struct {
+	at   time.Time
+	util float64 // sum of the target's processes' SM utilisation, percent
+	// frozen is how long the target was frozen for after this sample: the duty's share of the
+	// interval the enforcer's passes really come at (e.interval), which a loaded node stretches.
+	frozen time.Duration
+}
+
+// coreState is one target's compute history on one GPU.
+type coreState struct {
+	target  Target
+	samples []coreSample // oldest first, the last CoreWindow of passes
+	seen    bool
+
+	reported   bool    // this episode was reported (counted, logged, evented)
+	throttling bool    // an episode of throttling is in progress
+	duty       float64 // the current duty while throttling
+	cgroups    []string
+}
+
+// computePass reads the GPU's utilisation samples and applies the compute rule to every target
+// with a core limit there.
+func (e *Enforcer) computePass(logger logr.Logger, now time.Time, uuid string, owner cgroupIndex) {
+	samples, err := e.deps.Utilization(uuid, e.utilSince[uuid])
+	if err != nil {
+		if e.deps.Metrics != nil {
+			e.deps.Metrics.ReadError()
+		}
+		logger.V(4).Info("Cannot read a GPU's process utilisation", "gpu", uuid, "err", err)
+		return
+	}
+	type sum struct {
+		target  *Target
+		util    float64
+		cgroups []string
+	}
+	sums := map[string]*sum{}
+	for _, s := range samples {
+		if s.TimeStamp > e.utilSince[uuid] {
+			e.utilSince[uuid] = s.TimeStamp
+		}
+		cg, ok := e.cgroupOf(s.PID)
+		if !ok {
+			continue
+		}
+		t := owner.match(cg, uuid)
+		if t == nil {
+			continue
+		}
+		e.sweepThaw(logger, cg)
+		if t.CoreLimits[uuid] == 0 {
+			continue
+		}
+		u := sums[t.Key]
+		if u == nil {
+			u = &sum{target: t}
+			sums[t.Key] = u
+		}
+		u.util += float64(s.SMUtil)
+		if !slices.Contains(u.cgroups, cg) {
+			u.cgroups = append(u.cgroups, cg)
+		}
+	}
+	for key, u := range sums {
+		k := computeKey{target: key, gpu: uuid}
+		st := e.compute[k]
+		if st == nil {
+			st = &coreState{}
+			e.compute[k] = st
+		}
+		st.target, st.cgroups = *u.target, u.cgroups
+	}
+	for k, st := range e.compute {
+		if k.gpu != uuid {
+			continue
+		}
+		util := 0.0 // a target without a sample in this pass kept no SM busy
+		if u := sums[k.target]; u != nil {
+			util = u.util
+		}
+		st.seen = true
+		e.coreCheck(logger, now, k, st, util)
+	}
+}
+
+// coreCheck records the pass's figure and applies the rule.
+func (e *Enforcer) coreCheck(logger logr.Logger, now time.Time, k computeKey, st *coreState, util float64) {
+	st.samples = append(st.samples, coreSample{at: now, util: util})
+	cut := 0
+	for cut < len(st.samples)-1 && now.Sub(st.samples[cut+1].at) >= e.cfg.CoreWindow {
+		cut++ // keep one sample at or beyond the window's start, so coverage can be told
+	}
+	st.samples = st.samples[cut:]
+	limit := float64(st.target.CoreLimits[k.gpu])
+	avg, covered := windowAverage(st.samples, now, e.cfg.CoreWindow)
+	over := covered && avg > limit+float64(e.cfg.CoreMargin)
+	log := logger.WithValues("pod", klog.KRef(st.target.Namespace, st.target.Pod), "container", st.target.Container, "claim", st.target.Claim, "gpu", k.gpu)
+	msg := func() string {
+		return fmt.Sprintf("the processes of container %s kept %.0f%% of GPU %s's SMs busy over the last %s, over the claim's core limit of %.0f%% (margin %d points)",
+			st.target.Container, avg, k.gpu, e.cfg.CoreWindow, limit, e.cfg.CoreMargin)
+	}
+	switch {
+	case e.cfg.Cores == CoreThrottle && st.throttling:
+		running := st.runningEstimate(now)
+		want := 0.0
+		if running > limit {
+			want = math.Min(maxDuty, 1-limit/running)
+		}
+		st.duty += (want - st.duty) / 2
+		if st.duty < minDuty && running <= limit {
+			st.throttling, st.duty = false, 0
+			e.freezeAll(st.cgroups, false)
+			log.Info("A vGPU container is back under its core limit: no longer throttled", "utilisation", fmt.Sprintf("%.0f%%", running), "limit", fmt.Sprintf("%.0f%%", limit))
+			return
+		}
+		e.throttle(st)
+	case e.cfg.Cores == CoreThrottle && over && e.deps.Freeze != nil:
+		st.throttling = true
+		st.duty = math.Min(maxDuty, 1-limit/math.Max(avg, 1))
+		e.act(log, st.target, ActionThrottle, "VGPUCoreLimitExceeded", "vgpu-dra is throttling container "+st.target.Container+": "+msg())
+		e.throttle(st)
+	case over && !st.reported:
+		st.reported = true
+		e.act(log, st.target, ActionReport, "VGPUCoreLimitExceeded", msg())
+	case !over && avg <= limit:
+		st.reported = false
+	}
+}
+
+// act counts, logs and raises the event of one compute action.
+func (e *Enforcer) act(log logr.Logger, t Target, action, event, msg string) {
+	if e.deps.Metrics != nil {
+		e.deps.Metrics.Action(action, ReasonOverCoreLimit)
+	}
+	log.Info("A vGPU container's SM utilisation is over its core limit", "action", action, "violation", msg)
+	if e.deps.Event != nil {
+		e.deps.Event(t, event, msg)
+	}
+}
+
+// throttle freezes the target's cgroups on the GPU for the duty's share of the interval until
+// the next pass.
+func (e *Enforcer) throttle(st *coreState) {
+	if st.duty < minDuty {
+		return
+	}
+	d := time.Duration(st.duty * float64(e.interval))
+	st.samples[len(st.samples)-1].frozen = d
+	cgroups := slices.Clone(st.cgroups)
+	e.freezeAll(cgroups, true)
+	e.deps.After(d, func() { e.freezeAll(cgroups, false) })
+}
+
+// tick keeps e.interval, the interval passes really come at: the period, stretched when the
+// node is loaded and the enforcer's goroutine runs late. A gap of more than a few periods (the
+// node was lost and owned again, a stopped process) is not an interval.
+func (e *Enforcer) tick(now time.Time) {
+	if e.interval == 0 {
+		e.interval = e.cfg.Period
+	}
+	if d := now.Sub(e.lastPass); !e.lastPass.IsZero() && d > 0 && d < 4*e.cfg.Period {
+		e.interval += (d - e.interval) / 4
+	}
+	e.lastPass = now
+}
+
+// runningEstimate is what the target would use unthrottled: its utilisation over the last
+// estimateSpan divided by the share of that span it was thawed.
+func (st *coreState) runningEstimate(now time.Time) float64 {
+	var util, thawed float64
+	n := 0
+	for i := len(st.samples) - 1; i >= 0 && now.Sub(st.samples[i].at) < estimateSpan; i-- {
+		util += st.samples[i].util
+		if i > 0 {
+			// The freeze after the previous sample shaped this one.
+			span := st.samples[i].at.Sub(st.samples[i-1].at)
+			thawed += 1 - math.Min(1, float64(st.samples[i-1].frozen)/float64(max(span, 1)))
+		} else {
+			thawed++
+		}
+		n++
+	}
+	if n == 0 || thawed <= 0 {
+		return 100
+	}
+	return math.Min(100*float64(n), util/thawed)
+}
+
+// windowAverage is the mean of the samples within window of now, and whether the samples cover
+// the whole window.
+func windowAverage(samples []coreSample, now time.Time, window time.Duration) (float64, bool) {
+	if len(samples) == 0 {
+		return 0, false
+	}
+	var sum float64
+	n := 0
+	for _, s := range samples {
+		if now.Sub(s.at) < window {
+			sum += s.util
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return sum / float64(n), now.Sub(samples[0].at) >= window
+}
+
+// endCompute forgets the states no pass saw (their target is gone, or the GPU no longer
+// served), thawing what they froze, and the swept cgroups no pass has seen for a while.
+func (e *Enforcer) endCompute() {
+	defer func() {
+		if e.deps.Metrics != nil {
+			n := 0
+			for _, st := range e.compute {
+				if st.throttling {
+					n++
+				}
+			}
+			e.deps.Metrics.Throttled(n)
+		}
+	}()
+	for cg, pass := range e.thawed {
+		if e.passes-pass > sweepForget {
+			delete(e.thawed, cg)
+		}
+	}
+	for k, st := range e.compute {
+		if !st.seen {
+			if st.throttling {
+				e.freezeAll(st.cgroups, false)
+			}
+			delete(e.compute, k)
+			continue
+		}
+		st.seen = false
+		if !st.throttling && !st.reported && allIdle(st.samples) {
+			delete(e.compute, k)
+		}
+	}
+}
+
+// sweepForget is how many passes a swept cgroup is remembered after its processes were last
+// sampled (a minute at the default period): long enough that a container idle for a while is
+// not thawed again in the middle of its own throttling, short enough to bound the set.
+const sweepForget = 240
+
+func allIdle(samples []coreSample) bool {
+	return !slices.ContainsFunc(samples, func(s coreSample) bool { return s.util > 0 })
+}
+
+// thawTarget ends any throttling of the target (before its processes are killed: a frozen
+// process dies only once thawed on cgroup v1).
+func (e *Enforcer) thawTarget(key string) {
+	for k, st := range e.compute {
+		if k.target == key && st.throttling {
+			st.throttling, st.duty = false, 0
+			e.freezeAll(st.cgroups, false)
+		}
+	}
+}
+
+// releaseCompute thaws everything this enforcer froze and forgets the history: the instance
+// stops owning the node, or stops.
+func (e *Enforcer) releaseCompute() {
+	for k, st := range e.compute {
+		if st.throttling {
+			e.freezeAll(st.cgroups, false)
+		}
+		delete(e.compute, k)
+	}
+	clear(e.utilSince)
+	e.thawed = nil
+}
+
+// sweepThaw thaws, once per ownership, each cgroup of a vGPU process the enforcer sees: a
+// plugin instance that died, or lost the node, while it had a container frozen cannot thaw
+// it; its successor does, the first time it sees the container's processes. No one else
+// freezes a container's cgroups (a container cannot write its cgroup files).
+func (e *Enforcer) sweepThaw(logger logr.Logger, cg string) {
+	if e.deps.Freeze == nil {
+		return
+	}
+	if e.thawed == nil {
+		e.thawed = map[string]uint64{}
+	}
+	_, done := e.thawed[cg]
+	e.thawed[cg] = e.passes
+	if done {
+		return
+	}
+	if err := e.deps.Freeze(cg, false); err != nil {
+		logger.V(4).Info("Cannot make sure a container's cgroup is thawed", "cgroup", cg, "err", err)
+	}
+}
+
+func (e *Enforcer) freezeAll(cgroups []string, frozen bool) {
+	if e.deps.Freeze == nil {
+		return
+	}
+	for _, cg := range cgroups {
+		_ = e.deps.Freeze(cg, frozen) // a cgroup that is gone took its processes with it
+	}
+}

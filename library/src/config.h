@@ -56,6 +56,11 @@ int vgpu_config_parse(const char *data, size_t len, struct vgpu_config *cfg, cha
  * -1 with errno EINVAL when it is malformed. */
 int vgpu_config_read(const char *path, struct vgpu_config *cfg, char *err, size_t errlen);
 
+/* vgpu_config_read, and when mount_point is not NULL the file must be on a read-only mount
+ * whose mount point is mount_point (config_mount.h): otherwise -1 with errno EPERM. */
+int vgpu_config_read_mounted(const char *path, const char *mount_point, struct vgpu_config *cfg, char *err,
+			     size_t errlen);
+
 /* Position of the GPU whose UUID equals uuid (case-insensitive), or -1. */
 int vgpu_config_find_uuid(const struct vgpu_config *cfg, const char *uuid);
 

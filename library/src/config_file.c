@@ -10,6 +10,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "config_mount.h"
 #include "sys_stat.h"
 
 #define MAX_FIELDS 6
@@ -213,6 +214,12 @@ int vgpu_config_parse(const char *data, size_t len, struct vgpu_config *cfg, cha
 
 int vgpu_config_read(const char *path, struct vgpu_config *cfg, char *err, size_t errlen)
 {
+	return vgpu_config_read_mounted(path, NULL, cfg, err, errlen);
+}
+
+int vgpu_config_read_mounted(const char *path, const char *mount_point, struct vgpu_config *cfg, char *err,
+			     size_t errlen)
+{
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
 		int e = errno;
@@ -222,13 +229,16 @@ int vgpu_config_read(const char *path, struct vgpu_config *cfg, char *err, size_
 	}
 	struct stat st;
 	int e = 0;
-	char *buf = NULL;
+	char *buf = NULL, merr[1200];
 	size_t len = 0;
 	if (vgpu_fstat(fd, &st) != 0) {
 		e = errno;
 	} else if (!S_ISREG(st.st_mode)) {
 		e = EINVAL;
 		snprintf(err, errlen, "%s is not a regular file", path);
+	} else if (mount_point != NULL && vgpu_config_mount_check(fd, mount_point, merr, sizeof(merr)) != 0) {
+		e = EPERM;
+		snprintf(err, errlen, "%s %s", path, merr);
 	} else if ((buf = malloc(VGPU_CONFIG_MAX_BYTES + 1)) == NULL) {
 		e = ENOMEM;
 	} else {
@@ -249,7 +259,7 @@ int vgpu_config_read(const char *path, struct vgpu_config *cfg, char *err, size_
 	if (close(fd) != 0 && e == 0)
 		e = errno;
 	if (e != 0) {
-		if (e != EINVAL)
+		if (e != EINVAL && e != EPERM)
 			snprintf(err, errlen, "cannot read %s: %s", path, strerror(e));
 		free(buf);
 		errno = e;

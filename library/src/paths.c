@@ -12,6 +12,15 @@ static const char *const container_paths[] = {
 	[VGPU_PATH_VMEM_NODE_DIR] = "/tmp/.vmem_node",
 };
 
+int vgpu_config_mount_required(void)
+{
+#ifdef VGPU_TEST_HOOKS
+	return getenv("VGPU_TEST_CONFIG_MOUNT") != NULL;
+#else
+	return 1;
+#endif
+}
+
 int vgpu_path(enum vgpu_path which, char *buf, size_t len)
 {
 	const char *root = "";

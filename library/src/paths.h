@@ -21,4 +21,10 @@ enum vgpu_path {
  * the variable. */
 int vgpu_path(enum vgpu_path which, char *buf, size_t len);
 
+/* Whether vgpu.config must be on the node's read-only mount of the config directory
+ * (config_mount.h). Always in the shipped library; in test builds only when
+ * $VGPU_TEST_CONFIG_MOUNT is set (the suite writes its configs to ordinary directories, and its
+ * cases for the check make the mount in a mount namespace of their own). */
+int vgpu_config_mount_required(void);
+
 #endif

@@ -80,15 +80,16 @@ static int require_dir(enum vgpu_path which, const char *what)
 /* The only source of limits, GPUs and identity (contract §4): the read-only vgpu.config. */
 static int read_config(void)
 {
-	char path[512], err[600];
-	if (vgpu_path(VGPU_PATH_VGPU_CONFIG, path, sizeof(path)) != 0)
+	char path[512], dir[512], err[1800];
+	if (vgpu_path(VGPU_PATH_VGPU_CONFIG, path, sizeof(path)) != 0 ||
+	    vgpu_path(VGPU_PATH_CONFIG_DIR, dir, sizeof(dir)) != 0)
 		return refuse("the vgpu.config path is too long");
-	if (vgpu_config_read(path, &vgpu_rt.cfg, err, sizeof(err)) == 0)
+	const char *mount_point = vgpu_config_mount_required() ? dir : NULL;
+	if (vgpu_config_read_mounted(path, mount_point, &vgpu_rt.cfg, err, sizeof(err)) == 0)
 		return 0;
 	if (errno == ENOENT) {
-		char dir[512];
 		struct stat st;
-		if (vgpu_path(VGPU_PATH_CONFIG_DIR, dir, sizeof(dir)) == 0 && vgpu_stat(dir, &st) != 0)
+		if (vgpu_stat(dir, &st) != 0)
 			return refuse("the vGPU config directory %s is missing: the container was created without its "
 				      "vGPU configuration (was the node's vGPU plugin running?)",
 				      dir);

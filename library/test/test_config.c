@@ -6,12 +6,15 @@
 #include <inttypes.h>
 #include <stdint.h>
 #include <strings.h>
+#include <sched.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../src/config.h"
+#include "../src/config_mount.h"
 #include "../src/env_config.h"
 #include "../src/pids_config.h"
 #include "test_util.h"
@@ -270,6 +273,116 @@ static void test_read(void)
 	rmdir(dir);
 }
 
+/* mountinfo's mount point by ID: escapes undone, other lines and malformed ones skipped. */
+static void test_mountinfo_parse(void)
+{
+	const char *mi = "22 1 0:21 / / rw,relatime - overlay overlay rw\n"
+			 "garbage line\n"
+			 "\n"
+			 "31 22 0:30 /claims/c1/config /etc/vgpu-dra/config ro,nosuid,nodev - tmpfs tmpfs ro\n"
+			 "32 22 0:30 /x /etc/with\\040space\\134and\\011tab ro - tmpfs tmpfs ro\n"
+			 "33 22 0:30 /short\n"
+			 "34 22 0:30 / /last ro - tmpfs tmpfs ro";
+	char mp[64];
+	CHECK(vgpu_mountinfo_mount_point(mi, strlen(mi), 31, mp, sizeof(mp)) == 0 && strcmp(mp, "/etc/vgpu-dra/config") == 0,
+	      "id 31: %s", mp);
+	CHECK(vgpu_mountinfo_mount_point(mi, strlen(mi), 32, mp, sizeof(mp)) == 0 &&
+		      strcmp(mp, "/etc/with space\\and\ttab") == 0, "escapes: %s", mp);
+	CHECK(vgpu_mountinfo_mount_point(mi, strlen(mi), 34, mp, sizeof(mp)) == 0 && strcmp(mp, "/last") == 0,
+	      "last line without a newline: %s", mp);
+	CHECK(vgpu_mountinfo_mount_point(mi, strlen(mi), 33, mp, sizeof(mp)) != 0, "a line of too few fields matched");
+	CHECK(vgpu_mountinfo_mount_point(mi, strlen(mi), 3, mp, sizeof(mp)) != 0, "id 3 is not listed (31, 32, 33, 34 are)");
+	CHECK(vgpu_mountinfo_mount_point(mi, strlen(mi), 99, mp, sizeof(mp)) != 0, "an unknown id matched");
+	CHECK(vgpu_mountinfo_mount_point(mi, strlen(mi), 31, mp, 8) != 0, "a mount point that does not fit was cut");
+	for (int i = 0; i < 100000; i++) { /* random bytes: never a crash, a found point always fits */
+		char buf[200];
+		size_t n = next() % sizeof(buf);
+		for (size_t k = 0; k < n; k++)
+			buf[k] = " 0123456789\\\n/ab-"[next() % 17];
+		char out[32];
+		if (vgpu_mountinfo_mount_point(buf, n, (int)(next() % 40), out, sizeof(out)) == 0)
+			CHECK(strlen(out) < sizeof(out), "overlong result");
+	}
+}
+
+static int write_config(const char *path)
+{
+	const char *text = "version 1\npod " POD "\ncontainer app\ngpu 0 " UUID0 " 0 0\n";
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+	return (fd >= 0 && close(fd) == 0 && ok) ? 0 : -1;
+}
+
+static int bind_ro(const char *dir)
+{
+	return (mount(dir, dir, NULL, MS_BIND, NULL) == 0 &&
+		mount(NULL, dir, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) == 0)
+		       ? 0
+		       : -1;
+}
+
+/* The tenant's ways to a forged vgpu.config, in a mount namespace of its own laid out as the
+ * node lays out a container's: the node's read-only mount is believed; a file on a writable file
+ * system, the node's mount moved with its renamed parent, and a read-only volume reached
+ * through a symlink are not. */
+static void mount_check_child(void)
+{
+	char dir[] = "/tmp/vgpu-mnt.XXXXXX", p[6][300], err[1800];
+	struct vgpu_config c;
+	CHECK(unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0,
+	      "a mount namespace of its own: %s", strerror(errno));
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	snprintf(p[0], sizeof(p[0]), "%s/etc", dir);
+	snprintf(p[1], sizeof(p[1]), "%s/etc/vgpu-dra", dir);
+	snprintf(p[2], sizeof(p[2]), "%s/etc/vgpu-dra/config", dir); /* the node's mount point */
+	snprintf(p[3], sizeof(p[3]), "%s/etc/vgpu-dra/config/vgpu.config", dir);
+	snprintf(p[4], sizeof(p[4]), "%s/volume", dir); /* a read-only volume the tenant filled */
+	snprintf(p[5], sizeof(p[5]), "%s/volume/vgpu.config", dir);
+	CHECK(mkdir(p[0], 0755) == 0 && mkdir(p[1], 0755) == 0 && mkdir(p[2], 0755) == 0 && mkdir(p[4], 0755) == 0, "mkdir");
+	CHECK(write_config(p[3]) == 0 && write_config(p[5]) == 0, "write");
+
+	CHECK(vgpu_config_read_mounted(p[3], p[2], &c, err, sizeof(err)) != 0 && errno == EPERM &&
+		      test_contains(err, "is on a writable file system"), "an ordinary directory: %s", err);
+	CHECK(bind_ro(p[2]) == 0 && bind_ro(p[4]) == 0, "bind mounts: %s", strerror(errno));
+	CHECK(vgpu_config_read_mounted(p[3], p[2], &c, err, sizeof(err)) == 0 && c.ndevices == 1,
+	      "the node's read-only mount: %s", err);
+	CHECK(vgpu_config_read_mounted(p[3], "/etc/vgpu-dra/config", &c, err, sizeof(err)) != 0 && errno == EPERM &&
+		      test_contains(err, "not the node's mount at /etc/vgpu-dra/config"),
+	      "a read-only mount elsewhere: %s", err);
+
+	/* mv /etc/vgpu-dra /etc/x, and a planted directory in its place */
+	char moved[300], moved_cfg[300];
+	snprintf(moved, sizeof(moved), "%s/etc/x", dir);
+	snprintf(moved_cfg, sizeof(moved_cfg), "%s/etc/x/config/vgpu.config", dir);
+	CHECK(rename(p[1], moved) == 0, "the parent of a mount point renames: %s", strerror(errno));
+	CHECK(vgpu_config_read_mounted(moved_cfg, p[2], &c, err, sizeof(err)) != 0 && errno == EPERM &&
+		      test_contains(err, "/etc/x/config, not the node's mount"),
+	      "the node's file at its moved path: %s", err);
+	CHECK(mkdir(p[1], 0755) == 0 && mkdir(p[2], 0755) == 0 && write_config(p[3]) == 0, "plant");
+	CHECK(vgpu_config_read_mounted(p[3], p[2], &c, err, sizeof(err)) != 0 && errno == EPERM &&
+		      test_contains(err, "writable file system"), "the planted file: %s", err);
+	/* the planted config directory a symlink to the tenant's read-only volume */
+	CHECK(unlink(p[3]) == 0 && rmdir(p[2]) == 0 && symlink(p[4], p[2]) == 0, "symlink");
+	CHECK(vgpu_config_read_mounted(p[3], p[2], &c, err, sizeof(err)) != 0 && errno == EPERM &&
+		      test_contains(err, "/volume, not the node's mount"), "the volume through a symlink: %s", err);
+	_exit(test_failures ? 1 : 0);
+}
+
+static void test_config_mount(void)
+{
+	CHECK(geteuid() == 0, "this test makes bind mounts in a mount namespace of its own: it must run as root (euid %d)",
+	      (int)geteuid());
+	if (geteuid() != 0)
+		return;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0)
+		mount_check_child();
+	int status = 0;
+	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "the mount namespace cases failed (status %d)", status);
+}
+
 /* The env is compared with the file, never read for limits: set values that say something
  * else are named; unset ones, and the identity of the other path, are not. */
 static void test_env_differences(void)
@@ -353,6 +466,8 @@ int main(void)
 	test_file();
 	test_file_properties();
 	test_read();
+	test_mountinfo_parse();
+	test_config_mount();
 	test_env_differences();
 	test_pids_lock();
 	test_mem_limit();

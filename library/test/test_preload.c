@@ -3,7 +3,7 @@
  * vgpu.config the plugin would write, and the env the plugin injects (which the library
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
- *                 envignored|noconfig|index16|pidns|crashcreate|fork|stdin> */
+ *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -723,6 +723,27 @@ static void test_noconfig(void)
 	}
 }
 
+/* A vgpu.config that is not on the node's read-only mount (a tenant renamed /etc/vgpu-dra and
+ * planted its own directory): the shipped library refuses it, as it refuses a missing one. The
+ * test library checks only with VGPU_TEST_CONFIG_MOUNT set (the suite's configs are in ordinary
+ * directories); test_config proves the check against real read-only mounts. */
+static void test_forgedconfig(void)
+{
+	struct root r;
+	root_setup_config(&r, "OK", CFG_256);
+	struct run res;
+	const char *const env[] = { "VGPU_TEST_CONFIG_MOUNT=1", NULL };
+	run(&r, LIBVGPU_TEST, PROBE("init"), env, &res);
+	CHECK(res.status == 0, "the application must keep running (exit %d)", res.status);
+	CHECK(strstr(res.out, "cuInit=800") && strstr(res.out, "nvmlInit=4") && !strstr(res.out, "cuMemAlloc=0"), "%s",
+	      res.out);
+	CHECK_STR_CONTAINS(res.err, "refusing to run CUDA without the container's vGPU limits");
+	CHECK_STR_CONTAINS(res.err, "/etc/vgpu-dra/config/vgpu.config is on a writable file system, not the node's "
+				    "read-only mount at");
+	CHECK_EQ_INT(count_lines(r.log), 0);
+	root_teardown(&r);
+}
+
 /* GPUs at NVML index 16 and above are limited: CUDA devices are matched by UUID to the
  * file's gpu lines, and the per-device state is kept by line, not by index. */
 static void test_index16(void)
@@ -858,7 +879,7 @@ int main(int argc, char **argv)
 		{ "routes", test_routes }, { "refusal", test_refusal }, { "untouched", test_untouched },
 		{ "interposer", test_interposer }, { "exact", test_exact }, { "sigkill", test_sigkill },
 		{ "reconcile", test_reconcile }, { "prodlib", test_prodlib }, { "corelimit", test_corelimit },
-		{ "envignored", test_envignored }, { "noconfig", test_noconfig }, { "index16", test_index16 },
+		{ "envignored", test_envignored }, { "noconfig", test_noconfig }, { "forgedconfig", test_forgedconfig }, { "index16", test_index16 },
 		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork }, { "stdin", test_stdin },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));

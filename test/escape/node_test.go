@@ -196,6 +196,7 @@ func (r *recorder) Reaction(d time.Duration) {
 func (r *recorder) Pass(time.Duration) {}
 func (r *recorder) Foreign(int)        {}
 func (r *recorder) ReadError()         {}
+func (r *recorder) Throttled(int)      {}
 
 // snapshot returns copies of the counts and reactions so far.
 func (r *recorder) snapshot() (map[string]int, int) {

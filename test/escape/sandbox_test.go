@@ -52,7 +52,7 @@ func newSandbox(t *testing.T, n *node, name string, limitMiB uint64, readOnlyRoo
 	// its mount namespace; removeUnmounted checks that before it removes anything.
 	t.Cleanup(func() { removeUnmounted(s.dir) })
 	for _, d := range []string{"usr", "etc/vgpu-dra/lib", "etc/vgpu-dra/config", "etc/vgpu-dra/registry", "tmp", "proc", "dev",
-		"opt/tenant", "run/fakegpu", "tmp/.vgpu_lock", "tmp/.vmem_node", strings.TrimPrefix(n.build, "/")} {
+		"opt/tenant", "opt/volume", "run/fakegpu", "tmp/.vgpu_lock", "tmp/.vmem_node", strings.TrimPrefix(n.build, "/")} {
 		must(t, os.MkdirAll(filepath.Join(root, d), 0o755))
 	}
 	must(t, os.Chmod(filepath.Join(root, "tmp"), 0o1777))
@@ -67,7 +67,7 @@ func newSandbox(t *testing.T, n *node, name string, limitMiB uint64, readOnlyRoo
 	for _, f := range []string{"etc/vgpu-dra/lib/libvgpu.so", "etc/ld.so.preload"} {
 		must(t, os.WriteFile(filepath.Join(root, f), nil, 0o644)) // mount points
 	}
-	for _, d := range []string{"config", "vgpu_lock", "vmem_node"} {
+	for _, d := range []string{"config", "vgpu_lock", "vmem_node", "volume"} {
 		must(t, os.MkdirAll(filepath.Join(state, d), 0o777))
 	}
 	must(t, os.Chmod(filepath.Join(state, "vgpu_lock"), 0o777))
@@ -77,6 +77,11 @@ func newSandbox(t *testing.T, n *node, name string, limitMiB uint64, readOnlyRoo
 	must(t, cfg.Validate())
 	must(t, os.WriteFile(filepath.Join(s.configDir(), contract.ContainerConfigName), cfg.Encode(), 0o644))
 	must(t, os.WriteFile(filepath.Join(s.configDir(), contract.PIDsConfigName), nil, 0o644))
+	// A read-only volume of the tenant's own (a ConfigMap's kind) at /opt/volume: its forged
+	// configuration, the container's identity without limits.
+	forged := cfg
+	forged.GPUs = []contract.ContainerGPU{{Index: 0, UUID: gpuUUID}}
+	must(t, os.WriteFile(filepath.Join(state, "volume", contract.ContainerConfigName), forged.Encode(), 0o644))
 	s.cgroup = n.newCgroup(t, name)
 	n.add(s)
 	return s
@@ -102,6 +107,7 @@ mount --bind "$R" "$R"
 bindro /usr "$R/usr"
 bindro "$BUILD" "$R$BUILD"
 bindro "$TENANT" "$R/opt/tenant"
+bindro "$STATE/volume" "$R/opt/volume"
 mount --rbind /dev "$R/dev"
 mount -t proc proc "$R/proc"
 if [ "$ROOTOPT" = ro ]; then mount -o remount,bind,ro "$R"; mount -t tmpfs -o mode=1777 tmpfs "$R/tmp"; mkdir -p "$R/tmp/.vgpu_lock" "$R/tmp/.vmem_node"; fi

@@ -27,6 +27,9 @@ const (
 	// bySlack: the container holds more than its limit but within the documented slack per
 	// process (contract §15): the residual the threat model states, bounded.
 	bySlack = "residual: within the per-process slack"
+	// byConfigMount: the library refused a vgpu.config that is not on the node's read-only
+	// mount of the config directory (cuInit = CUDA_ERROR_NOT_PERMITTED): the tenant got nothing.
+	byConfigMount = "library: refused the forged vgpu.config (not the node's read-only mount)"
 )
 
 const (
@@ -68,6 +71,11 @@ const (
 	forgeLibrary = `mkdir -p /etc/vgpu-dra/lib /etc/vgpu-dra/config && cp /etc/x/lib/libvgpu.so /etc/vgpu-dra/lib/ && ` +
 		`printf 'version 1\npod {pod}\ncontainer app\ngpu 0 ` + gpuUUID + ` 0 0\n' > /etc/vgpu-dra/config/vgpu.config && ` +
 		`ln -s /etc/x/config/pids.config /etc/vgpu-dra/config/pids.config; `
+	// forgeVolume: the forged configuration in /opt/volume, a read-only mount the sandbox
+	// fills with it (as a ConfigMap volume the tenant wrote through the API would be), and the
+	// config directory a symlink to it.
+	forgeVolume = `mkdir -p /etc/vgpu-dra/lib && cp /etc/x/lib/libvgpu.so /etc/vgpu-dra/lib/ && ln -s /opt/volume /etc/vgpu-dra/config && ` +
+		`ln -s /etc/x/registry /etc/vgpu-dra/registry; `
 )
 
 var techniques = []technique{
@@ -99,8 +107,9 @@ var techniques = []technique{
 	{id: "dynsym-vmm", what: "VMM cuMemCreate from the driver's .dynsym", script: tenant("dynsym", "vmm", wantMiB), want: byEnforcer},
 	{id: "rename-etc-vgpu-dra", what: "mv /etc/vgpu-dra /etc/x: ld.so ignores the preload", script: renameAway + tenant("dlsym", "v2", wantMiB), want: byEnforcer},
 	{id: "rename-etc", what: "mv /etc /etc.real and a fresh /etc without ld.so.preload", script: `mv /etc /etc.real && mkdir /etc && echo renamed || echo REFUSED; ` + tenant("dlsym", "v2", wantMiB), want: byEnforcer},
-	{id: "forged-config", what: "the rename, a copy of the library and a forged vgpu.config without limits, the real registry linked back", script: renameAway + forgeLibrary + `ln -s /etc/x/registry /etc/vgpu-dra/registry; ` + tenant("dlsym", "v2", wantMiB), want: byEnforcer},
-	{id: "forged-no-registry", what: "the rename and a forged vgpu.config, no registry socket", script: renameAway + forgeLibrary + tenant("dlsym", "v2", wantMiB), want: byEnforcer},
+	{id: "forged-config", what: "the rename, a copy of the library and a forged vgpu.config without limits, the real registry linked back", script: renameAway + forgeLibrary + `ln -s /etc/x/registry /etc/vgpu-dra/registry; ` + tenant("dlsym", "v2", wantMiB), want: byConfigMount},
+	{id: "forged-no-registry", what: "the rename and a forged vgpu.config, no registry socket", script: renameAway + forgeLibrary + tenant("dlsym", "v2", wantMiB), want: byConfigMount},
+	{id: "forged-config-symlink", what: "the rename, a copy of the library and a symlink from the config directory to a read-only directory the tenant filled (a ConfigMap volume's kind)", script: renameAway + forgeVolume + tenant("dlsym", "v2", wantMiB), want: byConfigMount},
 	{id: "ledger-truncate", what: "truncate the shared ledger while a process holds 900 MiB, then allocate 900 MiB more", script: `tenant dlsym v2 900 ` + fmt.Sprint(hold+1) + ` & sleep 1; : > /tmp/.vmem_node/ledger.v2; ` + tenant("dlsym", "v2", 900) + `; wait`, want: byLibrary},
 	{id: "ledger-precreate", what: "a forged ledger file created before the first process", script: `head -c 65536 /dev/zero | tr '\0' '\377' > /tmp/.vmem_node/ledger.v2; ` + tenant("dlsym", "v2", wantMiB), want: byLibrary},
 	{id: "bypass-unregistered", what: "three processes around the library, 600 MiB each, never registered", script: `for i in 1 2; do tenant dynsym v2 600 ` + fmt.Sprint(hold) + ` & done; ` + tenant("dynsym", "v2", 600) + `; wait`, want: byEnforcer},
@@ -199,6 +208,8 @@ func runTechnique(t *testing.T, tc technique) result {
 		r.verdict = byEnforcer
 	case peak > s.limit:
 		r.verdict = bySlack
+	case strings.Contains(out, "cuInit = 800") && strings.Contains(out, "not the node's"):
+		r.verdict = byConfigMount
 	case tc.refused:
 		r.verdict = byMount
 	default:

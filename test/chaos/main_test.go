@@ -14,6 +14,7 @@
 //     directory or per-container directory outlives its claim or container;
 //   - every pod runs within a bound and its library registers and enforces;
 //   - every error a user sees (pod events, container waiting messages) names its cause;
+//   - the node-side enforcer acts on none of the pods (all stay within their limits);
 //   - the plugin's memory, goroutines and open file descriptors return to their baseline.
 //
 // The faults: containerd SIGKILLed, the plugin SIGKILLed at random points of Prepares, the
@@ -59,7 +60,16 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(2)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// No chaos pod goes over its limits: the enforcer must not have acted on any of them,
+	// through every fault (plugin kills and restarts included).
+	if code == 0 {
+		if err := c.CheckNoFalsePositives(nil); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: false positives of the node-side enforcer:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // TestChaos runs every fault in turn on one install, then checks that the node is clean and the

@@ -15,6 +15,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vgpu-dra/vgpu-dra/test/cluster"
 )
 
 // TestEnforcer: the node-side wall (contract §15) on the real cluster. The simulated GPU is
@@ -111,6 +113,10 @@ func TestEnforcer(t *testing.T) {
 	}
 }
 
+// misbehaving are the pods the suite makes go over their limits on purpose (TestEnforcer): the
+// only ones the enforcer may raise events on (TestMain's false-positive check).
+var misbehaving = map[string]bool{"enf-over": true, "enf-unreg": true, "enf-busy": true}
+
 // setProcessMemory tells the simulated GPU that the host process pid holds bytes of it.
 func setProcessMemory(t *testing.T, uuid string, pid int, bytes uint64) {
 	t.Helper()
@@ -182,7 +188,7 @@ func vgpuEvents(t *testing.T, pod string) []corev1.Event {
 	}
 	var out []corev1.Event
 	for _, e := range l.Items {
-		if e.Source.Component == "vgpu-dra-enforcer" {
+		if e.Source.Component == cluster.EnforcerComponent {
 			out = append(out, e)
 		}
 	}

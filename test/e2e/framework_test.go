@@ -58,7 +58,14 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	kube, repoRoot, binDir, restConfig = c.Kube, c.RepoRoot, c.BinDir, c.RestConfig
-	os.Exit(m.Run())
+	code := m.Run()
+	if code == 0 {
+		if err := c.CheckNoFalsePositives(misbehaving); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: false positives of the node-side enforcer:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // run executes one of the cluster's tools and returns its combined output.

@@ -8,7 +8,7 @@ GO_PACKAGES := ./...
 export TMPDIR ?= /tmp
 
 .PHONY: all build test-deps test test-go test-tools test-monitoring test-library test-library-relwithdebinfo test-library-debug test-library-asan lint fuzz fuzz-long bench bench-go bench-library bench-compare bench-throughput bench-summary clean
-.PHONY: cluster-bins cluster-up cluster-down e2e chaos chaos-short demo bench-webhook escape
+.PHONY: cluster-bins cluster-up cluster-down e2e chaos chaos-short demo bench-webhook escape gpu-check-bins
 
 all: build
 
@@ -134,6 +134,13 @@ bench-throughput:
 bench-summary:
 	@echo; echo "== performance targets (hack/bench-targets.txt) =="
 	@cd hack/tools && $(GO) run ./cmd/benchsummary -targets ../bench-targets.txt $(BENCH_OUT)/go.txt $(BENCH_OUT)/compare.txt
+
+## gpu-check-bins: what hack/gpu-check.sh runs, built here for a GPU machine without Go: the
+## library suite's gpu_check and the enforcer's GPU test binary, in $(LIBRARY_BUILD).
+gpu-check-bins:
+	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(LIBRARY_BUILD) -j2 --target vgpu vgpu-test gpu_check scripted_registry_main
+	$(GO) test -c -tags gpu -o $(LIBRARY_BUILD)/enforce-gpu.test ./pkg/enforce/
 
 bench-library:
 	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo

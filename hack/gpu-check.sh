@@ -6,7 +6,8 @@
 #   hack/gpu-check.sh [build dir]     (default _output/library; built with cmake if missing)
 #
 # Uses libvgpu-test.so (the shipped library plus VGPU_TEST_ROOT) with a temporary container
-# root and the suite's scripted registry, so it needs neither root nor the kubelet plugin.
+# root and the suite's scripted registry, so it needs neither the kubelet plugin nor, but for the
+# enforcer's check (a cgroup of its own), root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-_output/library}
@@ -65,6 +66,29 @@ if [ -n "$ctx" ] && [ "$ctx" -lt $((640 << 20)) ]; then
 	echo "ok   a context with a loaded module holds $((ctx >> 20)) MiB, under the default slack"
 else
 	echo "FAIL a context holds '${ctx:-unknown}' bytes: the default slack (640 MiB) is too small"; fail=1
+fi
+
+echo "== the wall: an allocation past the limit through libc's own dlsym, killed by the node-side enforcer"
+# The enforcer's real code (pkg/enforce) over the real driver's per-process memory (NVML), the
+# tenant in a cgroup of its own: root, and the test binary built where Go is (make gpu-check-bins
+# puts it in the build dir; without Go here, carry it).
+config $((limit_mib << 20)) 0
+enforce_test=$build/enforce-gpu.test
+if [ ! -x "$enforce_test" ] && command -v go >/dev/null; then
+	go test -c -tags gpu -o "$enforce_test" ./pkg/enforce/
+fi
+if [ ! -x "$enforce_test" ]; then
+	echo "FAIL no $enforce_test and no Go to build it (make gpu-check-bins)"; fail=1
+elif [ "$(id -u)" != 0 ]; then
+	echo "FAIL the enforcer check makes a cgroup: run as root"; fail=1
+else
+	bypass="env $(printf '%q ' "${vgpu_env[@]}")$check bypass $((3 * limit_mib)) 30"
+	if out=$(GPU_CHECK_BYPASS="$bypass" GPU_CHECK_UUID="$uuid" GPU_CHECK_LIMIT_MIB=$limit_mib \
+		"$enforce_test" -test.run '^TestEnforcerOnGPU$' -test.v 2>&1); then
+		echo "ok   $(grep -o 'killed [^(]*after the allocation around the library' <<<"$out")"
+	else
+		echo "FAIL the bypassing process was not killed within the bound:"; echo "$out"; fail=1
+	fi
 fi
 
 echo "== overhead (best of 5; the driver alone vs preloaded)"

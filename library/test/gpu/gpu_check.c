@@ -7,7 +7,11 @@
  *   spin <seconds> <cycles>   launch a spinning kernel back to back; prints kernels/s
  *   context <unused>          what the driver charges this process with a context and a loaded
  *                             module and no allocation, as NVML reports it: the node-side
- *                             enforcer's slack per process (contract §15) */
+ *                             enforcer's slack per process (contract §15)
+ *   bypass <MiB> <seconds>    a tenant around the library (threat-model.md, "dlvsym-libc-dlsym"):
+ *                             libc's own dlsym through dlvsym, the driver's cuMemAlloc_v2 from
+ *                             it, MiB allocated past any limit and held; prints bypass_alloc=<rc>
+ *                             and then sleeps, for the node-side enforcer to kill */
 #include <unistd.h>
 #include <dlfcn.h>
 #include <stdint.h>
@@ -149,6 +153,21 @@ int main(int argc, char **argv)
 		for (unsigned i = 0; i < n; i++)
 			if (procs[i].pid == (unsigned)getpid())
 				printf("context_bytes=%llu\n", procs[i].usedGpuMemory);
+	} else if (strcmp(argv[1], "bypass") == 0 && argc == 4) {
+		typedef void *dlsym_t(void *, const char *);
+		void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+		dlsym_t *real_dlsym = libc ? (dlsym_t *)dlvsym(libc, "dlsym", "GLIBC_2.34") : NULL;
+		if (real_dlsym == NULL && libc != NULL)
+			real_dlsym = (dlsym_t *)dlvsym(libc, "dlsym", "GLIBC_2.2.5");
+		cuMemAlloc_v2_t *alloc = real_dlsym ? (cuMemAlloc_v2_t *)real_dlsym(cuda, "cuMemAlloc_v2") : NULL;
+		if (alloc == NULL) {
+			fprintf(stderr, "gpu_check: libc's dlsym or the driver's cuMemAlloc_v2 not found\n");
+			return 2;
+		}
+		CUdeviceptr p;
+		printf("bypass_alloc=%d\n", alloc(&p, (size_t)strtoull(argv[2], NULL, 10) << 20));
+		fflush(stdout);
+		sleep((unsigned)atoi(argv[3]));
 	} else if (strcmp(argv[1], "spin") == 0 && argc == 4) {
 		double seconds = atof(argv[2]);
 		unsigned long long cycles = strtoull(argv[3], NULL, 10);

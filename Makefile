@@ -72,6 +72,7 @@ lint:
 	$(GO) vet -tags benchcompare ./test/benchcompare/
 	$(GO) vet -tags chaos ./test/chaos/
 	$(GO) vet -tags escape ./test/escape/
+	$(GO) vet -tags gpu ./pkg/enforce/
 	hack/check-readme-layout.sh
 	@for m in . hack/tools; do \
 	  if ! out=$$(cd $$m && GOFLAGS= $(GO) mod tidy -diff 2>&1); then \

@@ -17,19 +17,7 @@ import (
 // the same run, is the pass's NVML reads alone (memory and utilisation). It reports the pass's time, its share of one
 // core at the default period (target ≤ 1 %) and the ratio to the baseline.
 func BenchmarkEnforcerPass(b *testing.B) {
-	sim, err := gpu.NewSimulated("dgx-h200", 8, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sim.Close()
-	devs, err := sim.Devices(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	var uuids []string
-	for _, d := range devs {
-		uuids = append(uuids, d.UUID)
-	}
+	sim, uuids := simulatedGPUs(b, 8, "bench")
 	// The processes are this benchmark's own PID's /proc entry, read once per process as a pass
 	// reads each process's; each stands for a process of its own container.
 	self := os.Getpid()

@@ -98,6 +98,16 @@ func (m *smModel) enforcer(cfg Config) *Enforcer {
 	return e
 }
 
+// oneCoreTenant is a node with one container, a, of core limit cores on gpuA, whose process 11
+// wants demand percent of the SMs, NVML's samples noisy by ± noise.
+func oneCoreTenant(noise float64, cores uint32, demand float64) (*node, *smModel) {
+	n := newNode()
+	m := newSMModel(n, DefaultPeriod, noise)
+	n.targets = []Target{coreTenant("a", "/kubepods/pod1/ctr-a", cores)}
+	m.run(11, "/kubepods/pod1/ctr-a", demand)
+	return n, m
+}
+
 func coreTenant(key, cg string, cores uint32) Target {
 	t := tenant(key, cg, 8*GiB)
 	t.CoreLimits = map[string]uint32{gpuA: cores}
@@ -162,10 +172,7 @@ func TestThrottleHoldsTheCoreLimit(t *testing.T) {
 		{10, 100, 0}, {10, 100, 5}, {30, 100, 5}, {30, 60, 5}, {50, 100, 8}, {70, 95, 5}, {25, 45, 10},
 	} {
 		t.Run(fmt.Sprintf("limit%d-demand%.0f-noise%.0f", tc.limit, tc.demand, tc.noise), func(t *testing.T) {
-			n := newNode()
-			m := newSMModel(n, DefaultPeriod, tc.noise)
-			n.targets = []Target{coreTenant("a", "/kubepods/pod1/ctr-a", tc.limit)}
-			m.run(11, "/kubepods/pod1/ctr-a", tc.demand)
+			n, m := oneCoreTenant(tc.noise, tc.limit, tc.demand)
 			e := m.enforcer(Config{Cores: CoreThrottle})
 			m.average(e, time.Minute, 11)
 			got := m.average(e, time.Minute, 11)
@@ -182,10 +189,7 @@ func TestThrottleHoldsTheCoreLimit(t *testing.T) {
 }
 
 func TestThrottleEndsWhenBackUnder(t *testing.T) {
-	n := newNode()
-	m := newSMModel(n, DefaultPeriod, 3)
-	n.targets = []Target{coreTenant("a", "/kubepods/pod1/ctr-a", 30)}
-	m.run(11, "/kubepods/pod1/ctr-a", 90)
+	n, m := oneCoreTenant(3, 30, 90)
 	e := m.enforcer(Config{Cores: CoreThrottle})
 	n.passes(e, 20*time.Second)
 	if !slices.Contains(m.freezes, "/kubepods/pod1/ctr-a frozen") || n.throttled != 1 {
@@ -238,10 +242,7 @@ func TestThrottleSumsTheContainersProcesses(t *testing.T) {
 // TestKillThawsFirst: a throttled container over its memory limit is thawed before its
 // processes are killed (a frozen process dies only once thawed on cgroup v1).
 func TestKillThawsFirst(t *testing.T) {
-	n := newNode()
-	m := newSMModel(n, DefaultPeriod, 0)
-	n.targets = []Target{coreTenant("a", "/kubepods/pod1/ctr-a", 30)}
-	m.run(11, "/kubepods/pod1/ctr-a", 100)
+	n, m := oneCoreTenant(0, 30, 100)
 	n.registered[11] = true
 	e := m.enforcer(Config{Cores: CoreThrottle})
 	n.passes(e, 15*time.Second)
@@ -295,10 +296,7 @@ func TestThawSweepAndRelease(t *testing.T) {
 }
 
 func TestCoreOffReadsNothing(t *testing.T) {
-	n := newNode()
-	m := newSMModel(n, DefaultPeriod, 0)
-	n.targets = []Target{coreTenant("a", "/kubepods/pod1/ctr-a", 30)}
-	m.run(11, "/kubepods/pod1/ctr-a", 100)
+	n, m := oneCoreTenant(0, 30, 100)
 	e := m.enforcer(Config{Cores: CoreOff})
 	n.passes(e, 20*time.Second)
 	if m.reads != 0 || len(n.actions) != 0 {

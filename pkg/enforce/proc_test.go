@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
 	rt "github.com/vgpu-dra/vgpu-dra/pkg/registry/registrytest"
 )
@@ -78,16 +77,8 @@ func TestKillerRealProcesses(t *testing.T) {
 // container within its limit is untouched.
 func TestEnforcerRealProcesses(t *testing.T) {
 	h := rt.Hierarchies(t)[0]
-	sim, err := gpu.NewSimulated("dgx-h200", 1, "enforce-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	devs, err := sim.Devices(context.Background())
-	if err != nil || len(devs) != 1 {
-		t.Fatalf("devices %v %v", devs, err)
-	}
-	uuid := devs[0].UUID
+	sim, uuids := simulatedGPUs(t, 1, "enforce-test")
+	uuid := uuids[0]
 	over, unreg, good := rt.NewCgroup(t, h), rt.NewCgroup(t, h), rt.NewCgroup(t, h)
 	overP, unregP, goodP := sleeper(t, over), sleeper(t, unreg), sleeper(t, good)
 	hold := func(cmd *exec.Cmd, bytes uint64) {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	rt "github.com/vgpu-dra/vgpu-dra/pkg/registry/registrytest"
 )
 
@@ -24,16 +23,8 @@ const reactionRounds = 12
 // ≤ 1 s.
 func BenchmarkEnforcerReaction(b *testing.B) {
 	h := rt.Hierarchies(b)[0]
-	sim, err := gpu.NewSimulated("dgx-h200", 1, "reaction-bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sim.Close()
-	devs, err := sim.Devices(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	uuid := devs[0].UUID
+	sim, uuids := simulatedGPUs(b, 1, "reaction-bench")
+	uuid := uuids[0]
 	var targets []Target
 	targetsOf := make(chan []Target, 1)
 	targetsOf <- nil

@@ -162,29 +162,44 @@ func (s *Server) accept() {
 		}
 		s.conns[c] = true
 		s.mu.Unlock()
+		// release frees the one successor slot this connection took, once: the session does it
+		// before it tells the owner the peer is gone, the connection's end otherwise; a second
+		// call never frees the slot a later connection took.
+		release := sync.OnceFunc(func() {
+			if !busy {
+				s.mu.Lock()
+				s.active = false
+				s.mu.Unlock()
+			}
+		})
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			defer func() {
+				release()
 				s.mu.Lock()
 				delete(s.conns, c)
-				if !busy {
-					s.active = false
-				}
 				s.mu.Unlock()
 				_ = c.Close()
 			}()
 			if busy {
-				_ = newConn(c).send(Message{Type: TypeRefuse, Reason: "another successor is being served"})
+				// The successor speaks first: answer its hello, never before it. A refusal sent
+				// and the connection closed before the hello arrived made the successor's write
+				// of it fail (EPIPE), a transport error instead of the refusal it must learn of.
+				cc := newConn(c)
+				if _, err := cc.expect(helloTimeout, TypeHello); err != nil {
+					return
+				}
+				_ = cc.send(Message{Type: TypeRefuse, Reason: "another successor is being served"})
 				return
 			}
-			s.session(newConn(c))
+			s.session(newConn(c), release)
 		}()
 	}
 }
 
 // session runs one successor's conversation.
-func (s *Server) session(c *conn) {
+func (s *Server) session(c *conn, release func()) {
 	hello, err := c.expect(helloTimeout, TypeHello)
 	if err != nil {
 		s.logger.V(2).Info("Handover connection without a hello", "err", err)
@@ -201,7 +216,12 @@ func (s *Server) session(c *conn) {
 		_ = c.send(m)
 		return
 	}
-	defer s.owner.PeerGone()
+	defer func() {
+		// Free the slot before the owner hears the peer is gone: a successor that dials once
+		// told of it must not be refused as busy by a session that has ended.
+		release()
+		s.owner.PeerGone()
+	}()
 	if err := c.send(Message{Type: TypeWelcome, PodUID: w.PodUID, NRIIndex: w.NRIIndex, NRIConnected: w.NRIConnected}); err != nil {
 		return
 	}

@@ -3,18 +3,13 @@ package plugin
 import (
 	"context"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce/podevents"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
@@ -40,7 +35,7 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 	if slack == 0 {
 		slack = -1 // an explicit 0: no slack
 	}
-	events := newPodEvents(p.deps.KubeClient, cfg.NodeName)
+	events := podevents.New(p.deps.KubeClient, cfg.NodeName)
 	context.AfterFunc(ctx, events.Shutdown)
 	var cache *nri.Cache
 	if p.nri != nil {
@@ -72,7 +67,7 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 			return pod, ok
 		},
 		Kill:    enforce.Killer{Cgroups: cgroups}.Kill,
-		Event:   events.warn,
+		Event:   events.Warn,
 		Metrics: em,
 	})
 	c := e.Config()
@@ -176,30 +171,6 @@ func addLimits(t *enforce.Target, devs []checkpoint.Device, results, admin []int
 		}
 	}
 }
-
-// podEvents raises the enforcer's Warning events on pods, through an event broadcaster (it
-// aggregates repeats and never blocks the enforcer).
-type podEvents struct {
-	broadcaster record.EventBroadcaster
-	recorder    record.EventRecorder
-}
-
-func newPodEvents(kube kubernetes.Interface, node string) *podEvents {
-	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	return &podEvents{broadcaster: b, recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vgpu-dra-enforcer", Host: node})}
-}
-
-func (e *podEvents) warn(t enforce.Target, reason, message string) {
-	if t.PodUID == "" || t.Pod == "" {
-		return // a per-claim target: its pods are not known by name here
-	}
-	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: t.Namespace, Name: t.Pod, UID: types.UID(t.PodUID)}
-	e.recorder.Event(ref, corev1.EventTypeWarning, reason, message)
-}
-
-// Shutdown stops the broadcaster (the term ended).
-func (e *podEvents) Shutdown() { e.broadcaster.Shutdown() }
 
 // servedGPUs are the UUIDs of the node's GPUs.
 func servedGPUs(devs []gpu.Device) []string {

@@ -1,0 +1,44 @@
+// Package podevents raises the node-side enforcer's Warning events on pods (contract §15), for
+// both plugins: the kubelet plugin's enforcer and the device plugin's.
+package podevents
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
+)
+
+// Component is the events' source component.
+const Component = "vgpu-dra-enforcer"
+
+// Recorder raises the events through an event broadcaster: it aggregates repeats and never
+// blocks the enforcer.
+type Recorder struct {
+	broadcaster record.EventBroadcaster
+	recorder    record.EventRecorder
+}
+
+// New starts a broadcaster that writes to the API server's events of node's pods.
+func New(kube kubernetes.Interface, node string) *Recorder {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	return &Recorder{broadcaster: b, recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: node})}
+}
+
+// Warn raises a Warning event on the target's pod (enforce.Deps.Event). A target without a
+// pod known by name and UID (a per-claim claim) gets none.
+func (r *Recorder) Warn(t enforce.Target, reason, message string) {
+	if t.PodUID == "" || t.Pod == "" {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: t.Namespace, Name: t.Pod, UID: types.UID(t.PodUID)}
+	r.recorder.Event(ref, corev1.EventTypeWarning, reason, message)
+}
+
+// Shutdown stops the broadcaster.
+func (r *Recorder) Shutdown() { r.broadcaster.Shutdown() }

@@ -50,8 +50,11 @@ type Target struct {
 	// which of a pod's containers use it is not recorded anywhere a restart keeps).
 	Pods []string
 	// ConfigDir is the host config directory whose pids.config records the processes that
-	// registered with an earlier plugin instance (Deps.Registered).
-	ConfigDir string
+	// registered with an earlier plugin instance (Deps.Registered). ConfigDirs are more, for a
+	// target of several containers with one each (a device-plugin pod whose containers hold
+	// shares): a process is registered when one of them says so.
+	ConfigDir  string
+	ConfigDirs []string
 	// Limits is the memory the target may hold on each GPU (UUID → bytes). A GPU that is in
 	// neither Limits nor Unlimited is one the target was not given: it may hold nothing there.
 	Limits map[string]uint64
@@ -268,7 +271,7 @@ func (e *Enforcer) Pass(ctx context.Context) {
 			u.bytes += p.UsedBytes
 			u.pids = append(u.pids, p.PID)
 			u.cgroups = append(u.cgroups, cg)
-			if t.MustRegister && p.UsedBytes > 0 && !e.deps.Registered(p.PID, t.ConfigDir) {
+			if t.MustRegister && p.UsedBytes > 0 && !e.registered(p.PID, t) {
 				u.unregistered = append(u.unregistered, p.PID)
 			}
 		}
@@ -311,6 +314,19 @@ func (e *Enforcer) cgroupOf(pid int) (string, bool) {
 	c.seenPass = e.passes
 	e.cgroups[pid] = c
 	return c.cgroup, true
+}
+
+// registered asks Deps.Registered with each of the target's config directories.
+func (e *Enforcer) registered(pid int, t *Target) bool {
+	if e.deps.Registered(pid, t.ConfigDir) {
+		return true
+	}
+	for _, dir := range t.ConfigDirs {
+		if e.deps.Registered(pid, dir) {
+			return true
+		}
+	}
+	return false
 }
 
 // check compares one target's use of one GPU with its limit.

@@ -190,6 +190,31 @@ func TestUnregisteredProcessKilled(t *testing.T) {
 	}
 }
 
+// A target of several containers (a device-plugin pod whose containers hold shares) has a
+// config directory each: a process that an earlier instance's pids.config lists in any of them
+// is registered; one listed in none is not.
+func TestRegisteredInAnyConfigDir(t *testing.T) {
+	n := newNode()
+	tg := tenant("a", "/kubepods/pod1/ctr-a", 10*GiB)
+	tg.ConfigDir, tg.ConfigDirs = "/claims/lead-a/config", []string{"/claims/lead-b/config"}
+	n.targets = []Target{tg}
+	n.hold(gpuA, 11, "/kubepods/pod1/ctr-a", 1*GiB)
+	n.hold(gpuA, 12, "/kubepods/pod1/ctr-a", 1*GiB)
+	e := n.enforcer(Config{})
+	var asked []string
+	e.deps.Registered = func(pid int, dir string) bool {
+		asked = append(asked, dir)
+		return pid == 11 && dir == "/claims/lead-b/config"
+	}
+	n.passes(e, time.Second)
+	if !slices.Equal(n.killed, []int{11, 12}) || !strings.Contains(strings.Join(n.events, ""), "process 12 of container app held memory") {
+		t.Errorf("killed %v, events %q; want the container's processes killed for process 12 alone", n.killed, n.events)
+	}
+	if !slices.Contains(asked, "/claims/lead-a/config") || !slices.Contains(asked, "/claims/lead-b/config") {
+		t.Errorf("config directories asked: %q, want both", asked)
+	}
+}
+
 // A process that has a context but holds nothing yet is not acted on as unregistered, and one
 // whose figure NVML cannot tell is neither counted nor killed: only memory NVML reports is.
 func TestUnregisteredNeedsMemory(t *testing.T) {

@@ -103,12 +103,18 @@ current-context: c
 // TestFlagErrors: misconfiguration is refused before anything starts, with a clear message.
 func TestFlagErrors(t *testing.T) {
 	for args, want := range map[string]string{
+		"": "--node-name",
 		"--node-name=n --feature-gates=VGPUSupport=false,NRISupport=false": "VGPUSupport must be on",
 		"--node-name=n --share-memory=lots":                                "--share-memory",
 		"--node-name=n --allocation-policy=random":                         "--allocation-policy",
 		"--node-name=n --resource-name=vgpu":                               "--resource-name",
 		"--node-name=n --shares-per-gpu=0":                                 "--shares-per-gpu",
-		"":                                                                 "--node-name",
+		"--node-name=n --enforce-slack-per-process=much":                   "--enforce-slack-per-process",
+		"--node-name=n --enforce-grace=-1s":                                "--enforce-grace",
+		"--node-name=n --foreign-gpu-process=ignore":                       `--foreign-gpu-process: "ignore": want report or kill`,
+		"--node-name=n --core-enforcement=freeze":                          `--core-enforcement: "freeze": want report, throttle or off`,
+		"--node-name=n --core-enforce-margin=0":                            "--core-enforce-margin 0: want 1-100",
+		"--node-name=n --core-enforce-window=-1s":                          "--core-enforce-window must not be negative",
 	} {
 		cmd := exec.Command(os.Args[0], strings.Fields(args)...)
 		cmd.Env = append(os.Environ(), "VGPU_PLUGIN_AS_MAIN=1", "NODE_NAME=")

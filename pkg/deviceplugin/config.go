@@ -12,6 +12,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
 )
 
 // Defaults of Config.
@@ -58,6 +59,32 @@ type Config struct {
 	DebugSocket string
 	// KeepInterval and KeepGrace time the share directory keeper; defaults when zero.
 	KeepInterval, KeepGrace time.Duration
+	// Enforce holds every container that holds shares to their limits from the node, as the
+	// kubelet plugin does (--enforce; pkg/enforce, contract §15), with the same period, grace,
+	// context slack per process (0: none) and policy for foreign processes; zero durations are
+	// the defaults.
+	Enforce                 bool
+	EnforcePeriod           time.Duration
+	EnforceGrace            time.Duration
+	EnforceSlackPerProcess  int64
+	ForeignGPUProcessPolicy enforce.Policy
+	// CoreEnforcement is what the enforcer does about a container whose SM utilisation stays
+	// over its shares' cores (--core-enforcement: report, throttle or off), by more than
+	// CoreEnforceMargin points averaged over CoreEnforceWindow; zero values are the defaults.
+	CoreEnforcement   enforce.CoreMode
+	CoreEnforceMargin uint32
+	CoreEnforceWindow time.Duration
+}
+
+// enforceConfig is the enforcer's configuration: an explicit slack of 0 is none (the flag's
+// default is enforce.DefaultSlackPerProcess).
+func (c Config) enforceConfig() enforce.Config {
+	slack := c.EnforceSlackPerProcess
+	if slack == 0 {
+		slack = -1
+	}
+	return enforce.Config{Period: c.EnforcePeriod, Grace: c.EnforceGrace, SlackPerProcess: slack, Foreign: c.ForeignGPUProcessPolicy,
+		Cores: c.CoreEnforcement, CoreMargin: c.CoreEnforceMargin, CoreWindow: c.CoreEnforceWindow}
 }
 
 // Layout is the host directory layout under the state directory.
@@ -153,12 +180,35 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--gpu-injection %q: want cdi, env or none", c.GPUInjection))
 	}
+	errs = append(errs, c.validateEnforce()...)
 	for _, sock := range []string{c.Socket(), c.KubeletSocket(), c.PodResourcesSocket(), c.DebugSocketPath()} {
 		if len(sock) >= 100 {
 			errs = append(errs, fmt.Errorf("socket path %s is %d bytes; unix sockets need under 100: shorten --kubelet-dir, --state-dir or --resource-name", sock, len(sock)))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateEnforce checks the enforcer's settings, with the kubelet plugin's messages.
+func (c Config) validateEnforce() []error {
+	var errs []error
+	if c.EnforcePeriod < 0 || c.EnforceGrace < 0 || c.EnforceSlackPerProcess < 0 {
+		errs = append(errs, errors.New("--enforce-period, --enforce-grace and --enforce-slack-per-process must not be negative"))
+	}
+	if c.ForeignGPUProcessPolicy != "" {
+		if _, err := enforce.ParsePolicy(string(c.ForeignGPUProcessPolicy)); err != nil {
+			errs = append(errs, fmt.Errorf("--foreign-gpu-process: %w", err))
+		}
+	}
+	if c.CoreEnforcement != "" {
+		if _, err := enforce.ParseCoreMode(string(c.CoreEnforcement)); err != nil {
+			errs = append(errs, fmt.Errorf("--core-enforcement: %w", err))
+		}
+	}
+	if c.CoreEnforceMargin > 100 || c.CoreEnforceWindow < 0 {
+		errs = append(errs, errors.New("--core-enforce-margin must be 1-100 and --core-enforce-window must not be negative"))
+	}
+	return errs
 }
 
 // validateResourceName accepts what the kubelet accepts from a device plugin: an extended

@@ -17,5 +17,7 @@
 // and ListAndWatch's broadcast), server.go (the gRPC service), registration.go (serve, then
 // register; kept across kubelet restarts by one watcher), holders.go (who holds a share, for
 // the registry), keeper.go (directory sets rebuilt after a reboot, removed when no longer
-// held), labels.go (share sizes on the node), debug.go and start.go (the composition root).
+// held), enforce.go and enforce_targets.go (the node-side enforcer over the pods that hold
+// shares, contract §15), labels.go (share sizes on the node), debug.go and start.go (the
+// composition root).
 package deviceplugin

@@ -26,8 +26,9 @@ type podRef struct{ namespace, name string }
 
 // heldSet is the device IDs of our resource that one container holds.
 type heldSet struct {
-	pod podRef
-	ids []string
+	pod       podRef
+	container string
+	ids       []string
 }
 
 // holders answers who holds a share, from the kubelet (pod-resources: pod names and their
@@ -60,7 +61,7 @@ func (h *holders) heldSets(resp *podresourcesapi.ListPodResourcesResponse) []hel
 				}
 			}
 			if len(ids) > 0 {
-				out = append(out, heldSet{pod: podRef{p.GetNamespace(), p.GetName()}, ids: ids})
+				out = append(out, heldSet{pod: podRef{p.GetNamespace(), p.GetName()}, container: c.GetName(), ids: ids})
 			}
 		}
 	}

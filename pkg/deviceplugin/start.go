@@ -59,6 +59,7 @@ type Plugin struct {
 	devices  *devices
 	alloc    *allocator
 	podRes   *grpc.ClientConn
+	cgroups  registry.CgroupHierarchy
 	regSrv   *registry.Server
 	endpoint *endpoint
 }
@@ -73,7 +74,8 @@ type Plugin struct {
 //  5. the registry, which checks a caller's pod against the kubelet's record of the share;
 //  6. the device-plugin server: listen, serve, then register, and keep registered;
 //  7. GPU health events, the node's labels, the keeper of the share directories;
-//  8. debug, health and metrics endpoints.
+//  8. the node-side enforcer over the containers that hold shares (--enforce);
+//  9. debug, health and metrics endpoints.
 //
 // It returns once the plugin serves; Stop (or ctx) ends it. A failure at any step stops what
 // the earlier steps started and releases the lock.
@@ -138,6 +140,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		return nil, err
 	}
 	p.startBackground(ctx, keep, deps.KubeClient, logger)
+	p.startEnforcer(ctx, holders, deps.KubeClient, reg, logger)
 	if path := cfg.DebugSocketPath(); path != "" {
 		if err := p.serveDebug(ctx, path, logger.WithName("debug")); err != nil {
 			return nil, err
@@ -212,12 +215,14 @@ func (p *Plugin) cdiShares() []cdi.Share {
 	return out
 }
 
-// startRegistry serves the registry socket (contract §5) over the shares.
+// startRegistry serves the registry socket (contract §5) over the shares, checking callers in
+// the cgroup hierarchy that the enforcer then reads processes in.
 func (p *Plugin) startRegistry(ctx context.Context, h *holders, reg k8smetrics.KubeRegistry) error {
 	cgroups, err := registry.DetectCgroupHierarchy("/proc")
 	if err != nil {
 		return fmt.Errorf("find the cgroup hierarchy for registry peer checks: %w", err)
 	}
+	p.cgroups = cgroups
 	layout := p.cfg.Layout()
 	p.regSrv, err = registry.Start(ctx, registry.Config{Socket: layout.RegistrySocket()}, registry.Deps{
 		Claims:  shareTargets{inv: p.inv, layout: layout, holders: h},

@@ -16,7 +16,8 @@
 // the operator says so. Every action is counted, logged once and raised as an event on the pod.
 //
 // The Enforcer acts only while its process owns the node (the handover's owner instance): the
-// plugin runs it with the owner's term. Its decisions are idempotent: a pass that finds the same
+// kubelet plugin runs it with the owner's term, the device plugin (which holds the instance lock
+// for its life and never hands over) from its start to its stop. Its decisions are idempotent: a pass that finds the same
 // processes over the limit again kills the survivors again, and a restarted plugin starts with
 // no memory of earlier passes, so a container is only ever killed after a full grace observed
 // by the instance that kills it.

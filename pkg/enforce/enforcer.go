@@ -34,10 +34,11 @@ const (
 	ActionReport = "report"
 )
 
-// Target is what the enforcer holds to its limits: one vGPU container on the NRI path, or
-// the containers of one claim on the per-claim and device-plugin paths.
+// Target is what the enforcer holds to its limits: one vGPU container on the NRI path, the
+// containers of one claim on the per-claim path, the containers of one pod that hold shares in
+// device-plugin mode.
 type Target struct {
-	// Key identifies the target across passes (the container ID; "claim/<UID>").
+	// Key identifies the target across passes (the container ID; "claim/<UID>"; "pod/<UID>").
 	Key string
 	// Namespace, Pod, Container and Claim name it in logs, events and metrics; PodUID is the
 	// pod the events go to (empty: none).
@@ -47,7 +48,8 @@ type Target struct {
 	Cgroups []string
 	// Pods are the UIDs of pods whose containers' processes are the target's when no cgroup of
 	// any target holds them (the per-claim path: a claim's containers share its limits, and
-	// which of a pod's containers use it is not recorded anywhere a restart keeps).
+	// which of a pod's containers use it is not recorded anywhere a restart keeps; the device
+	// plugin's pods).
 	Pods []string
 	// ConfigDir is the host config directory whose pids.config records the processes that
 	// registered with an earlier plugin instance (Deps.Registered). ConfigDirs are more, for a

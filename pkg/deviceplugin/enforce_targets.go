@@ -85,8 +85,10 @@ type targetSource struct {
 	logger  logr.Logger
 
 	// uids is refresh's own: the UID of each pod the kubelet listed at the last refresh ("" for
-	// a pod the API server no longer has).
-	uids map[podRef]string
+	// a pod the API server no longer has); unread the pods whose UID could not be read since
+	// (logged once each).
+	uids   map[podRef]string
+	unread map[podRef]bool
 
 	mu      sync.Mutex
 	targets []enforce.Target
@@ -103,7 +105,7 @@ type targetSource struct {
 }
 
 func newTargetSource(inv *Inventory, layout claimdir.Layout, h *holders, logger logr.Logger) *targetSource {
-	return &targetSource{inv: inv, layout: layout, holders: h, logger: logger, uids: map[podRef]string{},
+	return &targetSource{inv: inv, layout: layout, holders: h, logger: logger, uids: map[podRef]string{}, unread: map[podRef]bool{},
 		known: map[string]bool{}, unknown: map[string]bool{}, reread: map[string]bool{}}
 }
 
@@ -148,11 +150,15 @@ func (s *targetSource) refresh(ctx context.Context) error {
 			switch {
 			case err == nil:
 				uid = read
+				delete(s.unread, pod)
 			case ok:
 				pending = true // the UID kept, and a re-created pod's pending meanwhile
 			default:
 				pending = true
-				s.logger.V(2).Info("The UID of a pod that holds shares is unknown for now: its processes are not enforced yet", "pod", pod.namespace+"/"+pod.name, "err", err)
+				if !s.unread[pod] {
+					s.unread[pod] = true
+					s.logger.Info("The UID of a pod that holds shares cannot be read: its processes are not enforced until it is", "pod", pod.namespace+"/"+pod.name, "err", err)
+				}
 				continue
 			}
 		}
@@ -173,6 +179,11 @@ func (s *targetSource) refresh(ctx context.Context) error {
 		targets = append(targets, enforce.Target{Key: "pending", Pods: []string{pendingPod}, Unlimited: all})
 	}
 	s.uids = uids
+	for pod := range s.unread {
+		if byPod[pod] == nil {
+			delete(s.unread, pod)
+		}
+	}
 	s.mu.Lock()
 	s.targets, s.known, s.pending, s.built = targets, known, pending, true
 	s.mu.Unlock()

@@ -51,8 +51,13 @@ func (l Layout) InstallLibrary(src string) (LibraryInstall, error) {
 			out.Bytes = len(data)
 		}
 	}
-	out.Installed = isRegularFile(l.LibraryPath()) && isRegularFile(l.PreloadPath())
+	out.Installed = l.LibraryInstalled()
 	return out, nil
+}
+
+// LibraryInstalled reports whether libvgpu.so and its preload file are in place (InstallLibrary).
+func (l Layout) LibraryInstalled() bool {
+	return isRegularFile(l.LibraryPath()) && isRegularFile(l.PreloadPath())
 }
 
 func writeIfChanged(path string, data []byte) error {

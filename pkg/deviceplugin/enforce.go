@@ -40,6 +40,11 @@ func (p *Plugin) startEnforcer(ctx context.Context, h *holders, kube kubernetes.
 	for i, g := range p.inv.GPUs {
 		gpus[i] = g.Device.UUID
 	}
+	registered := p.regSrv.Registered
+	if !cfg.Layout().LibraryInstalled() {
+		registered = enforce.AllRegistered
+		logger.Info("libvgpu.so is not installed: no process can register, so the enforcer holds containers to their memory limits only, not to registration", "library", cfg.Layout().LibraryPath())
+	}
 	src := newTargetSource(p.inv, cfg.Layout(), h, logger.WithName("targets"))
 	events := podevents.New(kube, cfg.NodeName)
 	e := enforce.New(cfg.enforceConfig(), enforce.Deps{
@@ -50,7 +55,7 @@ func (p *Plugin) startEnforcer(ctx context.Context, h *holders, kube kubernetes.
 		Utilization: p.gpus.ProcessUtilization,
 		Freeze:      freeze,
 		CgroupOf:    cgroups.OfPID,
-		Registered:  p.regSrv.Registered,
+		Registered:  registered,
 		PodOf:       src.podOf,
 		Kill:        enforce.Killer{Cgroups: cgroups}.Kill,
 		Event:       events.Warn,
@@ -59,7 +64,9 @@ func (p *Plugin) startEnforcer(ctx context.Context, h *holders, kube kubernetes.
 	c := e.Config()
 	logger.Info("Node-side enforcement of the shares' memory and core limits", "period", c.Period, "grace", c.Grace, "slackPerProcess", c.SlackPerProcess,
 		"foreignGPUProcess", c.Foreign, "coreEnforcement", c.Cores, "coreMargin", c.CoreMargin, "coreWindow", c.CoreWindow, "throttle", freeze != nil, "cgroups", cgroups.String())
-	p.wg.Go(func() { src.run(ctx, c.Period) })
+	// The kubelet's pod-resources API is rate-limited for every client on the node: list it at
+	// most once a second. A pod appears there at Allocate, before its container starts.
+	p.wg.Go(func() { src.run(ctx, max(c.Period, targetRefresh)) })
 	p.wg.Go(func() {
 		e.Run(klog.NewContext(ctx, logger))
 		events.Shutdown()

@@ -23,6 +23,10 @@ import (
 // Not a UUID: no pod has it.
 const pendingPod = "unresolved"
 
+// targetRefresh is the shortest interval between two listings of the kubelet's pods for the
+// enforcer's targets.
+const targetRefresh = time.Second
+
 // podGetTimeout bounds one read of a pod's UID.
 const podGetTimeout = 2 * time.Second
 
@@ -102,11 +106,14 @@ type targetSource struct {
 	// unknown pod, not every pass while one is seen).
 	unknown, reread map[string]bool
 	failing         bool // the latest refresh failed (logged once per failure streak)
+	// kick asks run for a refresh now: a process of a pod no target has was seen for the first
+	// time (a pod that started since the last listing, once a second, must not wait for it).
+	kick chan struct{}
 }
 
 func newTargetSource(inv *Inventory, layout claimdir.Layout, h *holders, logger logr.Logger) *targetSource {
 	return &targetSource{inv: inv, layout: layout, holders: h, logger: logger, uids: map[podRef]string{}, unread: map[podRef]bool{},
-		known: map[string]bool{}, unknown: map[string]bool{}, reread: map[string]bool{}}
+		known: map[string]bool{}, unknown: map[string]bool{}, reread: map[string]bool{}, kick: make(chan struct{}, 1)}
 }
 
 // refresh rebuilds the targets. When the kubelet does not answer it keeps the last ones: no
@@ -204,7 +211,7 @@ func (s *targetSource) podUID(ctx context.Context, pod podRef) (string, error) {
 	return string(p.UID), nil
 }
 
-// run refreshes every period until ctx ends.
+// run refreshes every period, and when kicked, until ctx ends.
 func (s *targetSource) run(ctx context.Context, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -223,6 +230,7 @@ func (s *targetSource) run(ctx context.Context, period time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.kick:
 		}
 	}
 }
@@ -253,6 +261,12 @@ func (s *targetSource) podOf(cgroup string) (string, bool) {
 	defer s.mu.Unlock()
 	if s.known[pod] {
 		return pod, true
+	}
+	if !s.unknown[pod] && !s.reread[pod] {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
 	s.unknown[pod] = true
 	if s.pending {

@@ -24,8 +24,15 @@ import (
 // pod UIDs behind the holder check). A pod over its share's memory and a pod whose process never
 // registered lose their processes on the GPU within the grace and a period, with a Warning event
 // each; a pod that holds two shares of the GPU, and so twice the memory, uses more than one share
-// and is untouched.
+// and is untouched. Without libvgpu.so installed no process can register: the pod over its share
+// is still killed, the unregistered one within its share is not (it would be every pod's fate).
 func TestEnforcerRealProcesses(t *testing.T) {
+	for _, library := range []bool{true, false} {
+		t.Run(map[bool]string{true: "library", false: "no-library"}[library], func(t *testing.T) { enforcerRealProcesses(t, library) })
+	}
+}
+
+func enforcerRealProcesses(t *testing.T, library bool) {
 	h := rt.Hierarchies(t)[0]
 	root, err := os.MkdirTemp("/tmp", "vgde-")
 	if err != nil {
@@ -52,6 +59,12 @@ func TestEnforcerRealProcesses(t *testing.T) {
 		StateDir: filepath.Join(root, "s"), KubeletDir: filepath.Join(root, "k"), CDIDir: filepath.Join(root, "c"),
 		Sizing: Sizing{SharesPerGPU: 4, ShareMemory: 1 * gib}, Policy: PolicyBinpack, GPUInjection: cdi.InjectionNone, DebugSocket: "-",
 		Enforce: true, EnforcePeriod: 20 * time.Millisecond, EnforceGrace: 200 * time.Millisecond, // no slack: 0
+	}
+	if library { // any file: the plugin installs it; the children register without it
+		cfg.LibrarySource = filepath.Join(root, "libvgpu.so")
+		if err := os.WriteFile(cfg.LibrarySource, []byte("ELF"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	p, err := Start(context.Background(), cfg, Deps{KubeClient: kube, GPUs: sim, PodResources: kubelet})
 	if err != nil {
@@ -86,7 +99,7 @@ func TestEnforcerRealProcesses(t *testing.T) {
 	unreg := start(uidD, "", 100<<20)       // never registered
 	alive := func(pid int) bool { return syscall.Kill(pid, 0) == nil }
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(over.PID) || alive(unreg.PID) {
+	for alive(over.PID) || (library && alive(unreg.PID)) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after 10 s: over alive %v, unregistered alive %v; want both killed", alive(over.PID), alive(unreg.PID))
 		}
@@ -96,11 +109,25 @@ func TestEnforcerRealProcesses(t *testing.T) {
 	if !alive(two.PID) {
 		t.Error("the pod within its two shares lost its process")
 	}
-	mem, err := sim.ProcessMemory(uuid)
-	if err != nil || len(mem) != 1 || mem[0].PID != two.PID {
-		t.Errorf("the GPU's processes after the kills: %+v %v, want only the two-share pod's", mem, err)
-	}
+	wantPIDs := []int{two.PID}
 	want := map[string]string{"over": "VGPUMemoryLimitExceeded", "unreg": "VGPUUnregisteredProcess"}
+	if !library {
+		if !alive(unreg.PID) {
+			t.Error("without libvgpu.so on the node, the unregistered process within its share was killed")
+		}
+		wantPIDs = []int{unreg.PID, two.PID}
+		delete(want, "unreg")
+	}
+	mem, err := sim.ProcessMemory(uuid)
+	var pids []int
+	for _, m := range mem {
+		pids = append(pids, m.PID)
+	}
+	slices.Sort(pids)
+	slices.Sort(wantPIDs)
+	if err != nil || !slices.Equal(pids, wantPIDs) {
+		t.Errorf("the GPU's processes after the kills: %+v %v, want %v", mem, err, wantPIDs)
+	}
 	got := map[string]string{}
 	for deadline := time.Now().Add(10 * time.Second); len(got) < len(want) && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		list, err := kube.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})

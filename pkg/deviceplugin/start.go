@@ -191,7 +191,7 @@ func newCDIWriter(cfg Config, logger klog.Logger) (*cdi.Writer, error) {
 		logger.Info("Installed libvgpu.so", "source", cfg.LibrarySource, "path", layout.LibraryPath(), "bytes", lib.Bytes)
 	}
 	if !lib.Installed {
-		logger.Info("libvgpu.so is not installed in the state dir: containers get limits in their env but nothing enforces them", "library", layout.LibraryPath())
+		logger.Info("libvgpu.so is not installed in the state dir: containers get limits in their env, nothing in them enforces those, and the node's enforcer holds them to their memory only", "library", layout.LibraryPath())
 	}
 	return cdi.NewWriter(cdi.Options{
 		DriverName: cfg.DriverName, SpecDir: cfg.CDIDir,

@@ -126,6 +126,11 @@ type Deps struct {
 	After func(d time.Duration, f func())
 }
 
+// AllRegistered is Deps.Registered on a node without libvgpu.so installed: no container gets the
+// library, so no process can register, and the unregistered rule would kill every GPU process of
+// every vGPU container. The enforcer then holds containers to their memory limits alone.
+func AllRegistered(int, string) bool { return true }
+
 // ErrGone is wrapped by Deps.Kill's error for a process that had already exited.
 var ErrGone = errors.New("the process is gone")
 

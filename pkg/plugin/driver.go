@@ -56,7 +56,7 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 		}
 		libraryInstalled = lib.Installed
 		if !libraryInstalled {
-			logger.Info("libvgpu.so is not installed in the state dir: containers get limits in their env but nothing enforces them",
+			logger.Info("libvgpu.so is not installed in the state dir: containers get limits in their env, nothing in them enforces those, and the node's enforcer holds them to their memory only",
 				"library", layout.LibraryPath(), "preload", layout.PreloadPath())
 		}
 	}

@@ -42,6 +42,11 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 		cache = p.nri.plugin.Cache()
 	}
 	layout := cfg.Layout()
+	registered := t.registry.Registered
+	if !layout.LibraryInstalled() {
+		registered = enforce.AllRegistered
+		p.logger.Info("libvgpu.so is not installed: no process can register, so the enforcer holds containers to their memory limits only, not to registration", "library", layout.LibraryPath())
+	}
 	var freeze func(string, bool) error
 	if cfg.CoreEnforcement == enforce.CoreThrottle {
 		if fh, v1, err := registry.FreezerHierarchy("/proc", cgroups); err != nil {
@@ -61,7 +66,7 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 		Utilization: p.gpus.ProcessUtilization,
 		Freeze:      freeze,
 		CgroupOf:    cgroups.OfPID,
-		Registered:  t.registry.Registered,
+		Registered:  registered,
 		PodOf: func(cg string) (string, bool) {
 			pod, _, ok := registry.PodOfCgroup(cg)
 			return pod, ok

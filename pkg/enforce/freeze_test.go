@@ -176,7 +176,8 @@ func (m *cpuMeter) utilization(t *testing.T) func(string, uint64) ([]gpu.Process
 
 // TestThrottleRealProcess runs the throttle over a real process in a real cgroup and a real
 // freezer, its CPU use standing in for its SM utilisation: the spinner, which would use a whole
-// core, is held under its limit of 10% plus the margin once throttled, on a loaded node too.
+// core, is held under its limit of 10% plus the margin once throttled, on a loaded node too (at
+// the default period: a loaded node's scheduling delays are a small part of it).
 func TestThrottleRealProcess(t *testing.T) {
 	// As a container runtime does on cgroup v1, the process is in a cgroup of the same path in
 	// the pids hierarchy (where the enforcer finds it) and in the freezer's (where it freezes).
@@ -201,7 +202,7 @@ func TestThrottleRealProcess(t *testing.T) {
 	actions := map[string]int{}
 	target := Target{Key: "spin", Namespace: "ns", Pod: "spin", Container: "app", Claim: "c", Cgroups: []string{cg.Path},
 		CoreLimits: map[string]uint32{gpuA: limit}}
-	e := New(Config{Period: 100 * time.Millisecond, Cores: CoreThrottle, CoreMargin: 10, CoreWindow: time.Second}, Deps{
+	e := New(Config{Cores: CoreThrottle, CoreMargin: 10, CoreWindow: time.Second}, Deps{ // the default period
 		GPUs:        func() []string { return []string{gpuA} },
 		Targets:     func() []Target { return []Target{target} },
 		Processes:   func(string) ([]gpu.ProcessMemory, error) { return nil, nil },

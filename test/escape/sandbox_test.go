@@ -104,13 +104,16 @@ R="$ROOT"
 bindro() { mount --bind "$1" "$2"; mount -o remount,bind,ro,nosuid,nodev "$2"; }
 bindrw() { mount --bind "$1" "$2"; mount -o remount,bind,rw,nosuid,nodev "$2"; }
 mount --bind "$R" "$R"
+# A read-only root gets its writable /tmp first: a checkout under /tmp has the build directory
+# (the fake driver) under it, whose mount must go on top of the tmpfs, not under it.
+if [ "$ROOTOPT" = ro ]; then mount -o remount,bind,ro "$R"; mount -t tmpfs -o mode=1777 tmpfs "$R/tmp"; mkdir -p "$R/tmp/.vgpu_lock" "$R/tmp/.vmem_node"; fi
+mkdir -p "$R$BUILD"
 bindro /usr "$R/usr"
 bindro "$BUILD" "$R$BUILD"
 bindro "$TENANT" "$R/opt/tenant"
 bindro "$STATE/volume" "$R/opt/volume"
 mount --rbind /dev "$R/dev"
 mount -t proc proc "$R/proc"
-if [ "$ROOTOPT" = ro ]; then mount -o remount,bind,ro "$R"; mount -t tmpfs -o mode=1777 tmpfs "$R/tmp"; mkdir -p "$R/tmp/.vgpu_lock" "$R/tmp/.vmem_node"; fi
 bindrw "$STATE/vgpu_lock" "$R/tmp/.vgpu_lock"
 bindrw "$STATE/vmem_node" "$R/tmp/.vmem_node"
 bindro "$LIB" "$R/etc/vgpu-dra/lib/libvgpu.so"

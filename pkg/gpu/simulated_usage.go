@@ -153,13 +153,17 @@ func (u *simUsage) installUsageMocks(dev *server.Device) {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
 		out := make([]nvml.ProcessUtilizationSample, 0, len(pids)+len(held))
+		share := make(map[int]float64, len(pids))
 		for _, p := range pids {
+			share[p.PID] = p.CoreShare
 			if _, set := held[p.PID]; !set {
 				out = append(out, nvml.ProcessUtilizationSample{Pid: uint32(p.PID), TimeStamp: now, SmUtil: SimulatedSMUtil(p.PID, p.CoreShare)})
 			}
 		}
 		for _, pid := range slices.Sorted(maps.Keys(held)) {
-			sm := SimulatedSMUtil(pid, 0)
+			// A process a test gave memory but no SM figure keeps within its share like any
+			// other of its container's (a well-behaved neighbour must not look over its cores).
+			sm := SimulatedSMUtil(pid, share[pid])
 			if h := held[pid]; h.hasSM {
 				sm = h.smUtil
 			}

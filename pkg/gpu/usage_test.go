@@ -210,3 +210,22 @@ func TestSimulatedProcessUsage(t *testing.T) {
 		t.Errorf("after DELETE: %+v, want the container processes' unknown figures only", mem)
 	}
 }
+
+// TestSimulatedHeldProcessKeepsItsShare: a container's process that a test gives memory but no
+// SM figure is still reported within its share of the container's cores (e2e TestEnforcer's
+// well-behaved neighbour, PID 80 % by its number alone, was reported over its 10 % before).
+func TestSimulatedHeldProcessKeepsItsShare(t *testing.T) {
+	sim := newTestSimulated(t, "dgx-h200", 1)
+	sim.usage.now = func() uint64 { return 9_000_000 }
+	uuid := mockDevice(sim, 0).UUID
+	sim.usage.alive = func(int) bool { return true }
+	const pid = 15 // 5 + (15 mod 19) × 5 = 80 % of its share
+	sim.SetProcesses(func(string) []SimulatedProcess { return []SimulatedProcess{{PID: pid, CoreShare: 10}} })
+	if err := sim.SetProcessUsage(uuid, pid, 900<<20, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sim.ProcessUtilization(uuid, 0)
+	if err != nil || len(got) != 1 || got[0].SMUtil != 8 {
+		t.Errorf("ProcessUtilization = %+v, %v; want PID %d at 8 %% (80 %% of its 10 %% share)", got, err, pid)
+	}
+}

@@ -309,7 +309,7 @@ func TestStartBetweenOwnAndTheOwnershipFlip(t *testing.T) {
 	if n := succ.Own(old.claims); n != 1 {
 		t.Fatalf("Own rebuilt %d containers, want 1", n)
 	}
-	running := created
+	running := proto.Clone(created).(*api.Container) // its own message, as the runtime sends it
 	running.State, running.Pid = api.ContainerState_CONTAINER_RUNNING, 4242
 	old.fakePID(4242, "0::/kubepods/pod"+podA+"/c1\n")
 	if err := succ.StartContainer(context.Background(), p, running); err != nil { // gates not flipped yet
@@ -319,5 +319,49 @@ func TestStartBetweenOwnAndTheOwnershipFlip(t *testing.T) {
 	in, ok := succ.Cache().Lookup(podA, "app")
 	if !ok || in.State != StateRunning || in.PID != 4242 {
 		t.Fatalf("the new owner's lookup = %+v, %v; want c1 running with PID 4242", in, ok)
+	}
+}
+
+// TestStartBeforeTheSuccessorsSynchronize: a successor connects to NRI while a container of the
+// old owner is starting. The runtime runs the StartContainer hook before the successor's
+// Synchronize, whose snapshot still has the container created, without a PID; the successor
+// learns the PID from PostStartContainer, before and after it owns the node (the e2e upgrade
+// test met it at a rollback: a churned pod's registrations got RETRY for its whole budget).
+func TestStartBeforeTheSuccessorsSynchronize(t *testing.T) {
+	for _, ownFirst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "post-start-then-own", true: "own-then-post-start"}[ownFirst], func(t *testing.T) {
+			c := testClaim(claimA, gpu0, gpu1)
+			old := newFixture(t, c)
+			succ := successorOf(t, old)
+			own := &switchOwnership{}
+			succ.SetOwnership(own, &memDecisions{marked: map[string]bool{}})
+			p, created := createdByOld(t, old, c, "c1")
+			if _, err := succ.Synchronize(context.Background(), []*api.PodSandbox{p}, []*api.Container{created}); err != nil {
+				t.Fatal(err)
+			}
+			// A copy: the runtime hands each hook its own message; the snapshot keeps PID 0.
+			running := proto.Clone(created).(*api.Container)
+			running.State, running.Pid = api.ContainerState_CONTAINER_RUNNING, 4242
+			old.fakePID(4242, "0::/kubepods/pod"+podA+"/c1\n")
+			postStart := func() {
+				if err := succ.PostStartContainer(context.Background(), p, running); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !ownFirst {
+				postStart()
+			}
+			if n := succ.Own(old.claims); n != 1 {
+				t.Fatalf("Own rebuilt %d containers, want 1", n)
+			}
+			own.set(true)
+			if ownFirst {
+				postStart()
+			}
+			in, ok := succ.Cache().Lookup(podA, "app")
+			if !ok || in.State != StateRunning || in.PID != 4242 {
+				t.Fatalf("the new owner's lookup = %+v, %v; want c1 running with PID 4242 (the registry finds its cgroup from it)", in, ok)
+			}
+		})
 	}
 }

@@ -127,6 +127,25 @@ func (p *Plugin) Configure(ctx context.Context, _, runtimeName, runtimeVersion s
 // StartContainer records the container's init PID and cgroup, which the registry needs to
 // check that a registration comes from inside the container.
 func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	return p.recordStart(pod, ctr, true)
+}
+
+// PostStartContainer records the same once the container runs. It is what an instance that
+// connected to NRI while a container was starting learns its PID from: the runtime ran the
+// StartContainer hook before this instance's Synchronize, whose snapshot still had the
+// container created, without a PID; without this, the container's registrations got RETRY
+// until the next Synchronize (e2e TestUpgradeWithoutGap, a churned pod at a rollback).
+func (p *Plugin) PostStartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	if ctr.GetPid() <= 0 {
+		return nil
+	}
+	if in, ok := p.cache.Get(ctr.GetId()); ok && in.PID == int(ctr.GetPid()) {
+		return nil // StartContainer recorded it
+	}
+	return p.recordStart(pod, ctr, false)
+}
+
+func (p *Plugin) recordStart(pod *api.PodSandbox, ctr *api.Container, hook bool) error {
 	p.inflight.enterAlways()
 	defer p.inflight.leave()
 	start := time.Now()
@@ -156,7 +175,9 @@ func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	}) {
 		return nil // removed meanwhile
 	}
-	defer p.observe(metrics.HookStartContainer, start)
+	if hook {
+		defer p.observe(metrics.HookStartContainer, start)
+	}
 	if pid <= 0 || cgErr != nil {
 		// Registrations of this container get RETRY until a Synchronize replays its PID.
 		p.metrics.Failures.WithLabelValues(metrics.HookStartContainer).Inc()

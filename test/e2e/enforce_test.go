@@ -182,13 +182,18 @@ func waitRegistered(t *testing.T, pod string) {
 // vgpuEvents are the pod's events of the enforcer.
 func vgpuEvents(t *testing.T, pod string) []corev1.Event {
 	t.Helper()
+	// The pod of this name now: an earlier run's pod of the same name left its events (-count).
+	p, err := kube.CoreV1().Pods(testNS).Get(context.Background(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	l, err := kube.CoreV1().Events(testNS).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []corev1.Event
 	for _, e := range l.Items {
-		if e.Source.Component == cluster.EnforcerComponent {
+		if e.Source.Component == cluster.EnforcerComponent && e.InvolvedObject.UID == p.UID {
 			out = append(out, e)
 		}
 	}

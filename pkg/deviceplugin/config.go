@@ -191,24 +191,8 @@ func (c Config) Validate() error {
 
 // validateEnforce checks the enforcer's settings, with the kubelet plugin's messages.
 func (c Config) validateEnforce() []error {
-	var errs []error
-	if c.EnforcePeriod < 0 || c.EnforceGrace < 0 || c.EnforceSlackPerProcess < 0 {
-		errs = append(errs, errors.New("--enforce-period, --enforce-grace and --enforce-slack-per-process must not be negative"))
-	}
-	if c.ForeignGPUProcessPolicy != "" {
-		if _, err := enforce.ParsePolicy(string(c.ForeignGPUProcessPolicy)); err != nil {
-			errs = append(errs, fmt.Errorf("--foreign-gpu-process: %w", err))
-		}
-	}
-	if c.CoreEnforcement != "" {
-		if _, err := enforce.ParseCoreMode(string(c.CoreEnforcement)); err != nil {
-			errs = append(errs, fmt.Errorf("--core-enforcement: %w", err))
-		}
-	}
-	if c.CoreEnforceMargin > 100 || c.CoreEnforceWindow < 0 {
-		errs = append(errs, errors.New("--core-enforce-margin must be 1-100 and --core-enforce-window must not be negative"))
-	}
-	return errs
+	return enforce.Settings{Period: c.EnforcePeriod, Grace: c.EnforceGrace, SlackPerProcess: c.EnforceSlackPerProcess,
+		Foreign: c.ForeignGPUProcessPolicy, Cores: c.CoreEnforcement, CoreMargin: c.CoreEnforceMargin, CoreWindow: c.CoreEnforceWindow}.Validate()
 }
 
 // validateResourceName accepts what the kubelet accepts from a device plugin: an extended

@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -64,6 +65,40 @@ type Config struct {
 	Cores      CoreMode
 	CoreMargin uint32
 	CoreWindow time.Duration
+}
+
+// Settings are the enforcer's flags as both plugins take them (--enforce-period, --enforce-grace,
+// --enforce-slack-per-process, --foreign-gpu-process, --core-enforcement, --core-enforce-margin,
+// --core-enforce-window); zero values are the defaults.
+type Settings struct {
+	Period, Grace   time.Duration
+	SlackPerProcess int64
+	Foreign         Policy
+	Cores           CoreMode
+	CoreMargin      uint32
+	CoreWindow      time.Duration
+}
+
+// Validate returns what is wrong with the settings, in the flags' words.
+func (s Settings) Validate() []error {
+	var errs []error
+	if s.Period < 0 || s.Grace < 0 || s.SlackPerProcess < 0 {
+		errs = append(errs, errors.New("--enforce-period, --enforce-grace and --enforce-slack-per-process must not be negative"))
+	}
+	if s.Foreign != "" {
+		if _, err := ParsePolicy(string(s.Foreign)); err != nil {
+			errs = append(errs, fmt.Errorf("--foreign-gpu-process: %w", err))
+		}
+	}
+	if s.Cores != "" {
+		if _, err := ParseCoreMode(string(s.Cores)); err != nil {
+			errs = append(errs, fmt.Errorf("--core-enforcement: %w", err))
+		}
+	}
+	if s.CoreMargin > 100 || s.CoreWindow < 0 {
+		errs = append(errs, errors.New("--core-enforce-margin must be 1-100 and --core-enforce-window must not be negative"))
+	}
+	return errs
 }
 
 func (c *Config) setDefaults() {

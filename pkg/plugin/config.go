@@ -201,22 +201,8 @@ func (c Config) Validate() error {
 	if c.UsageInterval < 0 || c.UsageMaxSeries < 0 {
 		errs = append(errs, errors.New("--usage-interval and --usage-max-series must not be negative"))
 	}
-	if c.EnforcePeriod < 0 || c.EnforceGrace < 0 || c.EnforceSlackPerProcess < 0 {
-		errs = append(errs, errors.New("--enforce-period, --enforce-grace and --enforce-slack-per-process must not be negative"))
-	}
-	if c.ForeignGPUProcessPolicy != "" {
-		if _, err := enforce.ParsePolicy(string(c.ForeignGPUProcessPolicy)); err != nil {
-			errs = append(errs, fmt.Errorf("--foreign-gpu-process: %w", err))
-		}
-	}
-	if c.CoreEnforcement != "" {
-		if _, err := enforce.ParseCoreMode(string(c.CoreEnforcement)); err != nil {
-			errs = append(errs, fmt.Errorf("--core-enforcement: %w", err))
-		}
-	}
-	if c.CoreEnforceMargin > 100 || c.CoreEnforceWindow < 0 {
-		errs = append(errs, errors.New("--core-enforce-margin must be 1-100 and --core-enforce-window must not be negative"))
-	}
+	errs = append(errs, enforce.Settings{Period: c.EnforcePeriod, Grace: c.EnforceGrace, SlackPerProcess: c.EnforceSlackPerProcess,
+		Foreign: c.ForeignGPUProcessPolicy, Cores: c.CoreEnforcement, CoreMargin: c.CoreEnforceMargin, CoreWindow: c.CoreEnforceWindow}.Validate()...)
 	if c.NRIFailureGrace < 0 {
 		errs = append(errs, errors.New("--nri-failure-grace must not be negative"))
 	}

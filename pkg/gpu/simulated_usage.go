@@ -79,7 +79,9 @@ func processAlive(pid int) bool {
 
 // SetProcessUsage makes a simulated GPU report that the process holds bytes of its memory and,
 // when smUtil is not nil, keeps that share of its SMs busy, as a real GPU reports a process that
-// allocated and launched through any route (the library's or around it). It lasts while the
+// allocated and launched through any route (the library's or around it); with no smUtil, it
+// keeps its container's share busy as any of its processes (SimulatedSMUtil), or none when no
+// container lists it. It lasts while the
 // process lives: like a real GPU, the simulated one frees a process's memory when it exits.
 // bytes 0 with no smUtil forgets the process. Simulated mode only (the control socket,
 // contract §11).
@@ -162,8 +164,13 @@ func (u *simUsage) installUsageMocks(dev *server.Device) {
 		}
 		for _, pid := range slices.Sorted(maps.Keys(held)) {
 			// A process a test gave memory but no SM figure keeps within its share like any
-			// other of its container's (a well-behaved neighbour must not look over its cores).
-			sm := SimulatedSMUtil(pid, share[pid])
+			// other of its container's (a well-behaved neighbour must not look over its cores);
+			// one no container lists (yet: the lists are the usage sampler's, seconds old)
+			// keeps no SM busy.
+			sm := uint32(0)
+			if s, listed := share[pid]; listed {
+				sm = SimulatedSMUtil(pid, s)
+			}
 			if h := held[pid]; h.hasSM {
 				sm = h.smUtil
 			}

@@ -190,7 +190,7 @@ func TestSimulatedProcessUsage(t *testing.T) {
 	}
 	samples, err := sim.ProcessUtilization(gpu0, 0)
 	wantSM := []ProcessSample{{PID: 100, SMUtil: SimulatedSMUtil(100, 0), TimeStamp: 7_000_000},
-		{PID: 200, SMUtil: 70, TimeStamp: 7_000_000}, {PID: 300, SMUtil: SimulatedSMUtil(300, 0), TimeStamp: 7_000_000}}
+		{PID: 200, SMUtil: 70, TimeStamp: 7_000_000}, {PID: 300, SMUtil: 0, TimeStamp: 7_000_000}}
 	if err != nil || !reflect.DeepEqual(samples, wantSM) {
 		t.Errorf("ProcessUtilization = %+v, %v; want %+v", samples, err, wantSM)
 	}

@@ -104,13 +104,13 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&c.GPUCDIKind, "gpu-cdi-kind", contract.DefaultGPUCDIKind, "CDI kind of the NVIDIA Container Toolkit's per-GPU devices; empty for none (simulated GPUs).")
 	fs.StringVar(&c.DebugSocket, "debug-socket", "", `Unix socket of the JSON debug endpoint (shares, health, registration); default <state-dir>/`+contract.DevicePluginDebugSocketName+`, "-" disables it.`)
 	fs.BoolVar(&c.Enforce, "enforce", true, "Hold every container that holds shares to their memory from the node, as the kubelet plugin does: a pod whose processes hold more than its shares' memory (plus --enforce-slack-per-process each) on a GPU for longer than --enforce-grace, or a process of such a pod that holds GPU memory without having registered (libvgpu.so bypassed), has its processes on that GPU killed, with a Warning event on the pod (contract §15).")
-	fs.DurationVar(&c.EnforcePeriod, "enforce-period", enforce.DefaultPeriod, "How often the enforcer reads NVML's per-process memory on every shared GPU (and the kubelet's record of who holds which shares).")
-	fs.DurationVar(&c.EnforceGrace, "enforce-grace", enforce.DefaultGrace, "How long a container may stay over its memory limit, or a process hold GPU memory unregistered, before the enforcer kills its processes on that GPU.")
+	fs.DurationVar(&c.Enforcement.Period, "enforce-period", enforce.DefaultPeriod, "How often the enforcer reads NVML's per-process memory on every shared GPU (and the kubelet's record of who holds which shares).")
+	fs.DurationVar(&c.Enforcement.Grace, "enforce-grace", enforce.DefaultGrace, "How long a container may stay over its memory limit, or a process hold GPU memory unregistered, before the enforcer kills its processes on that GPU.")
 	fs.StringVar(&f.enforceSlack, "enforce-slack-per-process", resource.NewQuantity(enforce.DefaultSlackPerProcess, resource.BinarySI).String(), "GPU memory a process may hold beyond what its allocations charge: the CUDA context the driver charges to each process (measured by hack/gpu-check.sh).")
 	fs.StringVar(&f.foreignPolicy, "foreign-gpu-process", string(enforce.PolicyReport), "What the enforcer does about a process that holds memory on a shared GPU and belongs to no pod that holds shares: report (metric, log) or kill.")
 	fs.StringVar(&f.coreMode, "core-enforcement", string(enforce.CoreReport), "What the enforcer does about a container whose SM utilisation on a GPU (NVML's per-process samples of its processes, summed), averaged over --core-enforce-window, exceeds its shares' cores by more than --core-enforce-margin points: report (metric, log, one Warning event per episode), throttle (also freeze its cgroups in a duty cycle until it is back under; needs /sys/fs/cgroup writable) or off.")
 	fs.UintVar(&f.coreMargin, "core-enforce-margin", enforce.DefaultCoreMargin, "Percentage points (1-100) a container's average SM utilisation may exceed its shares' cores by before --core-enforcement acts.")
-	fs.DurationVar(&c.CoreEnforceWindow, "core-enforce-window", enforce.DefaultCoreWindow, "The span a container's SM utilisation is averaged over for --core-enforcement.")
+	fs.DurationVar(&c.Enforcement.CoreWindow, "core-enforce-window", enforce.DefaultCoreWindow, "The span a container's SM utilisation is averaged over for --core-enforcement.")
 	common.AddFlags(fs)
 	return f, nil
 }
@@ -136,15 +136,15 @@ func (f *flags) config() (deviceplugin.Config, error) {
 	if c.ClaimFSBytes, err = quantity("--claim-fs-size", f.claimFSSize); err != nil {
 		return c, err
 	}
-	if c.EnforceSlackPerProcess, err = quantity("--enforce-slack-per-process", f.enforceSlack); err != nil {
+	if c.Enforcement.SlackPerProcess, err = quantity("--enforce-slack-per-process", f.enforceSlack); err != nil {
 		return c, err
 	}
-	c.ForeignGPUProcessPolicy = enforce.Policy(f.foreignPolicy)
-	c.CoreEnforcement = enforce.CoreMode(f.coreMode)
+	c.Enforcement.Foreign = enforce.Policy(f.foreignPolicy)
+	c.Enforcement.Cores = enforce.CoreMode(f.coreMode)
 	if f.coreMargin < 1 || f.coreMargin > 100 {
 		return c, fmt.Errorf("--core-enforce-margin %d: want 1-100", f.coreMargin)
 	}
-	c.CoreEnforceMargin = uint32(f.coreMargin)
+	c.Enforcement.CoreMargin = uint32(f.coreMargin)
 	return c, c.Validate()
 }
 

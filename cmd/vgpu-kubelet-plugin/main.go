@@ -114,13 +114,13 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.DurationVar(&c.UsageInterval, "usage-interval", usage.DefaultInterval, "How often each vGPU container's memory and core use is sampled for /metrics (its ledger, vgpu.config, pids.config and NVML's per-process figures); 0 disables the per-container and per-GPU usage metrics.")
 	fs.IntVar(&c.UsageMaxSeries, "usage-max-series", usage.DefaultMaxSeries, "Most (container, GPU) pairs the per-container metrics show; the rest are counted in vgpu_dra_usage_series_omitted.")
 	fs.BoolVar(&c.Enforce, "enforce", true, "Hold every vGPU container to its claim's memory from the node: a container whose processes hold more than its limit (plus --enforce-slack-per-process each) on a GPU for longer than --enforce-grace, or a process of a vGPU container that holds GPU memory without having registered (libvgpu.so bypassed), has its processes on that GPU killed, with a Warning event on the pod (contract §15).")
-	fs.DurationVar(&c.EnforcePeriod, "enforce-period", enforce.DefaultPeriod, "How often the enforcer reads NVML's per-process memory on every shared GPU.")
-	fs.DurationVar(&c.EnforceGrace, "enforce-grace", enforce.DefaultGrace, "How long a container may stay over its memory limit, or a process hold GPU memory unregistered, before the enforcer kills its processes on that GPU.")
+	fs.DurationVar(&c.Enforcement.Period, "enforce-period", enforce.DefaultPeriod, "How often the enforcer reads NVML's per-process memory on every shared GPU.")
+	fs.DurationVar(&c.Enforcement.Grace, "enforce-grace", enforce.DefaultGrace, "How long a container may stay over its memory limit, or a process hold GPU memory unregistered, before the enforcer kills its processes on that GPU.")
 	fs.StringVar(&f.enforceSlack, "enforce-slack-per-process", resource.NewQuantity(enforce.DefaultSlackPerProcess, resource.BinarySI).String(), "GPU memory a process may hold beyond what its allocations charge: the CUDA context the driver charges to each process (measured by hack/gpu-check.sh).")
 	fs.StringVar(&f.foreignPolicy, "foreign-gpu-process", string(enforce.PolicyReport), "What the enforcer does about a process that holds memory on a shared GPU and belongs to no vGPU container: report (metric, log) or kill.")
 	fs.StringVar(&f.coreMode, "core-enforcement", string(enforce.CoreReport), "What the enforcer does about a container whose SM utilisation on a GPU (NVML's per-process samples of its processes, summed), averaged over --core-enforce-window, exceeds its claim's cores by more than --core-enforce-margin points: report (metric, log, one Warning event per episode), throttle (also freeze its cgroups in a duty cycle until it is back under; needs /sys/fs/cgroup writable) or off.")
 	fs.UintVar(&f.coreMargin, "core-enforce-margin", enforce.DefaultCoreMargin, "Percentage points (1-100) a container's average SM utilisation may exceed its claim's cores by before --core-enforcement acts.")
-	fs.DurationVar(&c.CoreEnforceWindow, "core-enforce-window", enforce.DefaultCoreWindow, "The span a container's SM utilisation is averaged over for --core-enforcement.")
+	fs.DurationVar(&c.Enforcement.CoreWindow, "core-enforce-window", enforce.DefaultCoreWindow, "The span a container's SM utilisation is averaged over for --core-enforcement.")
 	fs.StringVar(&c.DebugSocket, "debug-socket", "", `Unix socket of the JSON debug endpoint (NRI state, cache, prepared claims); default <state-dir>/debug.sock, "-" disables it.`)
 	common.AddFlags(fs)
 	return f, nil
@@ -143,13 +143,13 @@ func (f *flags) config() (plugin.Config, error) {
 	if err != nil {
 		return c, fmt.Errorf("--enforce-slack-per-process %q: %w", f.enforceSlack, err)
 	}
-	c.EnforceSlackPerProcess = slack.Value()
-	c.ForeignGPUProcessPolicy = enforce.Policy(f.foreignPolicy)
-	c.CoreEnforcement = enforce.CoreMode(f.coreMode)
+	c.Enforcement.SlackPerProcess = slack.Value()
+	c.Enforcement.Foreign = enforce.Policy(f.foreignPolicy)
+	c.Enforcement.Cores = enforce.CoreMode(f.coreMode)
 	if f.coreMargin < 1 || f.coreMargin > 100 {
 		return c, fmt.Errorf("--core-enforce-margin %d: want 1-100", f.coreMargin)
 	}
-	c.CoreEnforceMargin = uint32(f.coreMargin)
+	c.Enforcement.CoreMargin = uint32(f.coreMargin)
 	if q, err = resource.ParseQuantity(f.claimFSSize); err != nil {
 		return c, fmt.Errorf("--claim-fs-size %q: %w", f.claimFSSize, err)
 	}

@@ -63,28 +63,11 @@ type Config struct {
 	// kubelet plugin does (--enforce; pkg/enforce, contract §15), with the same period, grace,
 	// context slack per process (0: none) and policy for foreign processes; zero durations are
 	// the defaults.
-	Enforce                 bool
-	EnforcePeriod           time.Duration
-	EnforceGrace            time.Duration
-	EnforceSlackPerProcess  int64
-	ForeignGPUProcessPolicy enforce.Policy
-	// CoreEnforcement is what the enforcer does about a container whose SM utilisation stays
-	// over its shares' cores (--core-enforcement: report, throttle or off), by more than
-	// CoreEnforceMargin points averaged over CoreEnforceWindow; zero values are the defaults.
-	CoreEnforcement   enforce.CoreMode
-	CoreEnforceMargin uint32
-	CoreEnforceWindow time.Duration
-}
-
-// enforceConfig is the enforcer's configuration: an explicit slack of 0 is none (the flag's
-// default is enforce.DefaultSlackPerProcess).
-func (c Config) enforceConfig() enforce.Config {
-	slack := c.EnforceSlackPerProcess
-	if slack == 0 {
-		slack = -1
-	}
-	return enforce.Config{Period: c.EnforcePeriod, Grace: c.EnforceGrace, SlackPerProcess: slack, Foreign: c.ForeignGPUProcessPolicy,
-		Cores: c.CoreEnforcement, CoreMargin: c.CoreEnforceMargin, CoreWindow: c.CoreEnforceWindow}
+	Enforce bool
+	// Enforcement is the enforcer's settings (--enforce-period, --enforce-grace,
+	// --enforce-slack-per-process, --foreign-gpu-process, --core-enforcement,
+	// --core-enforce-margin, --core-enforce-window); zero values are the defaults.
+	Enforcement enforce.Settings
 }
 
 // Layout is the host directory layout under the state directory.
@@ -180,19 +163,13 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--gpu-injection %q: want cdi, env or none", c.GPUInjection))
 	}
-	errs = append(errs, c.validateEnforce()...)
+	errs = append(errs, c.Enforcement.Validate()...)
 	for _, sock := range []string{c.Socket(), c.KubeletSocket(), c.PodResourcesSocket(), c.DebugSocketPath()} {
 		if len(sock) >= 100 {
 			errs = append(errs, fmt.Errorf("socket path %s is %d bytes; unix sockets need under 100: shorten --kubelet-dir, --state-dir or --resource-name", sock, len(sock)))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// validateEnforce checks the enforcer's settings, with the kubelet plugin's messages.
-func (c Config) validateEnforce() []error {
-	return enforce.Settings{Period: c.EnforcePeriod, Grace: c.EnforceGrace, SlackPerProcess: c.EnforceSlackPerProcess,
-		Foreign: c.ForeignGPUProcessPolicy, Cores: c.CoreEnforcement, CoreMargin: c.CoreEnforceMargin, CoreWindow: c.CoreEnforceWindow}.Validate()
 }
 
 // validateResourceName accepts what the kubelet accepts from a device plugin: an extended

@@ -49,9 +49,9 @@ func TestConfigValidate(t *testing.T) {
 		{"relative dirs", func(c *Config) { c.StateDir = "state" }, []string{"--state-dir"}},
 		{"long socket path", func(c *Config) { c.KubeletDir = "/" + strings.Repeat("k", 90) }, []string{"under 100"}},
 		{"injection", func(c *Config) { c.GPUInjection = "magic" }, []string{"--gpu-injection"}},
-		{"negative enforce timings", func(c *Config) { c.EnforceGrace = -1 }, []string{"--enforce-grace"}},
+		{"negative enforce timings", func(c *Config) { c.Enforcement.Grace = -1 }, []string{"--enforce-grace"}},
 		{"enforce policies", func(c *Config) {
-			c.ForeignGPUProcessPolicy, c.CoreEnforcement, c.CoreEnforceMargin = "ignore", "freeze", 101
+			c.Enforcement.Foreign, c.Enforcement.Cores, c.Enforcement.CoreMargin = "ignore", "freeze", 101
 		}, []string{`--foreign-gpu-process: "ignore"`, `--core-enforcement: "freeze"`, "--core-enforce-margin"}},
 	}
 	for _, tc := range tests {

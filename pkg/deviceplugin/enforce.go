@@ -10,7 +10,6 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
 	"github.com/vgpu-dra/vgpu-dra/pkg/enforce/podevents"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
-	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
 )
 
 // startEnforcer runs the node-side enforcer (pkg/enforce, contract §15) over the containers
@@ -28,26 +27,14 @@ func (p *Plugin) startEnforcer(ctx context.Context, h *holders, kube kubernetes.
 	}
 	logger = logger.WithName("enforce")
 	cgroups := p.cgroups
-	var freeze func(string, bool) error
-	if cfg.CoreEnforcement == enforce.CoreThrottle {
-		if fh, v1, err := registry.FreezerHierarchy("/proc", cgroups); err != nil {
-			logger.Error(err, "The enforcer cannot throttle containers over their core limit: it only reports them")
-		} else {
-			freeze = enforce.CgroupFreezer{Dir: fh.Dir, V1: v1}.Freeze
-		}
-	}
+	freeze, registered := enforce.NodeHooks(logger, cfg.Enforcement, cgroups, cfg.Layout().LibraryInstalled(), p.regSrv.Registered)
 	gpus := make([]string, len(p.inv.GPUs))
 	for i, g := range p.inv.GPUs {
 		gpus[i] = g.Device.UUID
 	}
-	registered := p.regSrv.Registered
-	if !cfg.Layout().LibraryInstalled() {
-		registered = enforce.AllRegistered
-		logger.Info("libvgpu.so is not installed: no process can register, so the enforcer holds containers to their memory limits only, not to registration", "library", cfg.Layout().LibraryPath())
-	}
 	src := newTargetSource(p.inv, cfg.Layout(), h, logger.WithName("targets"))
 	events := podevents.New(kube, cfg.NodeName)
-	e := enforce.New(cfg.enforceConfig(), enforce.Deps{
+	e := enforce.New(cfg.Enforcement.Config(), enforce.Deps{
 		Ready:       src.ready,
 		GPUs:        func() []string { return gpus },
 		Targets:     src.snapshot,

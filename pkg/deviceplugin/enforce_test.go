@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
 	rt "github.com/vgpu-dra/vgpu-dra/pkg/registry/registrytest"
@@ -58,7 +59,7 @@ func enforcerRealProcesses(t *testing.T, library bool) {
 		NodeName: "node-1", DriverName: "vgpu.dra.dev", ResourceName: resource,
 		StateDir: filepath.Join(root, "s"), KubeletDir: filepath.Join(root, "k"), CDIDir: filepath.Join(root, "c"),
 		Sizing: Sizing{SharesPerGPU: 4, ShareMemory: 1 * gib}, Policy: PolicyBinpack, GPUInjection: cdi.InjectionNone, DebugSocket: "-",
-		Enforce: true, EnforcePeriod: 20 * time.Millisecond, EnforceGrace: 200 * time.Millisecond, // no slack: 0
+		Enforce: true, Enforcement: enforce.Settings{Period: 20 * time.Millisecond, Grace: 200 * time.Millisecond}, // no slack: 0
 	}
 	if library { // any file: the plugin installs it; the children register without it
 		cfg.LibrarySource = filepath.Join(root, "libvgpu.so")
@@ -105,7 +106,7 @@ func enforcerRealProcesses(t *testing.T, library bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(10 * cfg.EnforcePeriod)
+	time.Sleep(10 * cfg.Enforcement.Period)
 	if !alive(two.PID) {
 		t.Error("the pod within its two shares lost its process")
 	}

@@ -79,6 +79,17 @@ type Settings struct {
 	CoreWindow      time.Duration
 }
 
+// Config is the enforcer's Config of the settings: an explicit slack of 0 is no slack (Config's
+// 0 is the default).
+func (s Settings) Config() Config {
+	slack := s.SlackPerProcess
+	if slack == 0 {
+		slack = -1
+	}
+	return Config{Period: s.Period, Grace: s.Grace, SlackPerProcess: slack, Foreign: s.Foreign,
+		Cores: s.Cores, CoreMargin: s.CoreMargin, CoreWindow: s.CoreWindow}
+}
+
 // Validate returns what is wrong with the settings, in the flags' words.
 func (s Settings) Validate() []error {
 	var errs []error

@@ -70,17 +70,11 @@ type Config struct {
 	// Enforce holds every vGPU container to its claim's memory from the node (--enforce;
 	// pkg/enforce, contract §15): the period, grace, context slack per process and what
 	// happens to a process of no vGPU container on a shared GPU.
-	Enforce                 bool
-	EnforcePeriod           time.Duration
-	EnforceGrace            time.Duration
-	EnforceSlackPerProcess  int64
-	ForeignGPUProcessPolicy enforce.Policy
-	// CoreEnforcement is what the enforcer does about a container whose SM utilisation stays
-	// over its claim's cores (--core-enforcement: report, throttle or off), by more than
-	// CoreEnforceMargin points averaged over CoreEnforceWindow; zero values are the defaults.
-	CoreEnforcement   enforce.CoreMode
-	CoreEnforceMargin uint32
-	CoreEnforceWindow time.Duration
+	Enforce bool
+	// Enforcement is the enforcer's settings (--enforce-period, --enforce-grace,
+	// --enforce-slack-per-process, --foreign-gpu-process, --core-enforcement,
+	// --core-enforce-margin, --core-enforce-window); zero values are the defaults.
+	Enforcement enforce.Settings
 
 	// NRISocket is the runtime's NRI socket (--nri-socket); required when NRI is on.
 	NRISocket string
@@ -201,8 +195,7 @@ func (c Config) Validate() error {
 	if c.UsageInterval < 0 || c.UsageMaxSeries < 0 {
 		errs = append(errs, errors.New("--usage-interval and --usage-max-series must not be negative"))
 	}
-	errs = append(errs, enforce.Settings{Period: c.EnforcePeriod, Grace: c.EnforceGrace, SlackPerProcess: c.EnforceSlackPerProcess,
-		Foreign: c.ForeignGPUProcessPolicy, Cores: c.CoreEnforcement, CoreMargin: c.CoreEnforceMargin, CoreWindow: c.CoreEnforceWindow}.Validate()...)
+	errs = append(errs, c.Enforcement.Validate()...)
 	if c.NRIFailureGrace < 0 {
 		errs = append(errs, errors.New("--nri-failure-grace must not be negative"))
 	}

@@ -31,10 +31,6 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 		p.logger.Error(err, "The node-side enforcer cannot find the cgroup hierarchy; it does not run")
 		return
 	}
-	slack := cfg.EnforceSlackPerProcess
-	if slack == 0 {
-		slack = -1 // an explicit 0: no slack
-	}
 	events := podevents.New(p.deps.KubeClient, cfg.NodeName)
 	context.AfterFunc(ctx, events.Shutdown)
 	var cache *nri.Cache
@@ -42,21 +38,8 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 		cache = p.nri.plugin.Cache()
 	}
 	layout := cfg.Layout()
-	registered := t.registry.Registered
-	if !layout.LibraryInstalled() {
-		registered = enforce.AllRegistered
-		p.logger.Info("libvgpu.so is not installed: no process can register, so the enforcer holds containers to their memory limits only, not to registration", "library", layout.LibraryPath())
-	}
-	var freeze func(string, bool) error
-	if cfg.CoreEnforcement == enforce.CoreThrottle {
-		if fh, v1, err := registry.FreezerHierarchy("/proc", cgroups); err != nil {
-			p.logger.Error(err, "The enforcer cannot throttle containers over their core limit: it only reports them")
-		} else {
-			freeze = enforce.CgroupFreezer{Dir: fh.Dir, V1: v1}.Freeze
-		}
-	}
-	e := enforce.New(enforce.Config{Period: cfg.EnforcePeriod, Grace: cfg.EnforceGrace, SlackPerProcess: slack, Foreign: cfg.ForeignGPUProcessPolicy,
-		Cores: cfg.CoreEnforcement, CoreMargin: cfg.CoreEnforceMargin, CoreWindow: cfg.CoreEnforceWindow}, enforce.Deps{
+	freeze, registered := enforce.NodeHooks(p.logger, cfg.Enforcement, cgroups, layout.LibraryInstalled(), t.registry.Registered)
+	e := enforce.New(cfg.Enforcement.Config(), enforce.Deps{
 		Ready: func() bool {
 			return p.term.Load() == t && (cache == nil || cache.Synced())
 		},

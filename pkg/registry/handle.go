@@ -103,6 +103,11 @@ func (s *Server) registerForClaim(who caller, req Request) Response {
 	if resp, held := s.checkHolder(claim, pod); !held {
 		return resp
 	}
+	if !s.claimRegs.known(claim.UID) {
+		for _, cg := range s.survivors(claim, pod) {
+			s.claimRegs.add(claim.UID, req.RegisterUUID, cg)
+		}
+	}
 	s.claimRegs.add(claim.UID, req.RegisterUUID, container)
 	err := s.writes.do(claim.ConfigDir, who.peer.pid, func() ([]int, error) {
 		return s.writePIDs(claim.ConfigDir, func() ([]int, error) { return s.claimRegs.pids(claim.UID, s.cgroups) })

@@ -1,17 +1,23 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"io/fs"
+	"path/filepath"
 	"slices"
 	"sync"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
 
 // claimRegistrations remembers, per claim on the per-claim path, the container cgroups that
 // registered for it: pids.config of the claim is the union of their processes (contract §6).
-// It lives in memory only; after a restart each container's next registration re-adds it.
-// Cgroups whose processes are gone are pruned when the union is computed and by the
-// server's periodic watch, and a claim that no longer resolves is forgotten.
+// It lives in memory; a process that starts (a restart, a successor at a handover) rebuilds a
+// claim's set at the claim's first registration from the pids.config its predecessor wrote
+// (survivors), so that containers that do not register again — long trainers never exec —
+// stay in the union. Cgroups whose processes are gone are pruned when the union is computed
+// and by the server's periodic watch, and a claim that no longer resolves is forgotten.
 type claimRegistrations struct {
 	mu     sync.Mutex
 	claims map[string]*claimEntry // by claim UID
@@ -35,6 +41,13 @@ func (r *claimRegistrations) add(claimUID, registerUUID, cgroup string) {
 		r.claims[claimUID] = e
 	}
 	e.cgroups[cgroup] = struct{}{}
+}
+
+// known reports whether the claim has a set in this process.
+func (r *claimRegistrations) known(claimUID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.claims[claimUID] != nil
 }
 
 // pids is the union of the processes of every cgroup registered for the claim, ascending.
@@ -110,4 +123,47 @@ func (r *claimRegistrations) drop(claimUID string) {
 	r.mu.Lock()
 	delete(r.claims, claimUID)
 	r.mu.Unlock()
+}
+
+// maxSurvivorPods bounds the pods whose holding of a device-plugin share a rebuild asks the
+// kubelet about (each is a pod-resources read): a share has one holder at a time.
+const maxSurvivorPods = 4
+
+// survivors are the container cgroups of the claim's pids.config (written by the process
+// before this one) that still hold processes of a pod that holds the claim: callerPod (checked
+// already), a pod of the recorded reservedFor, or, for a share, one its VerifyHolder accepts.
+// A PID the file lists may have been reused by any process of the node since: only its cgroup
+// decides, and one outside the claim's pods is left out.
+func (s *Server) survivors(claim Claim, callerPod string) []string {
+	pids := readOwnPIDs(filepath.Join(claim.ConfigDir, contract.PIDsConfigName))
+	holds := map[string]bool{callerPod: true}
+	asked := 0
+	var out []string
+	for _, pid := range pids {
+		cg, err := s.cgroups.OfPID(pid)
+		if err != nil {
+			continue
+		}
+		pod, ctr, ok := PodOfCgroup(cg)
+		if !ok {
+			continue
+		}
+		held, seen := holds[pod]
+		if !seen {
+			switch {
+			case slices.Contains(claim.ReservedFor, pod):
+				held = true
+			case claim.VerifyHolder != nil && asked < maxSurvivorPods:
+				asked++
+				ctx, cancel := context.WithTimeout(s.ctx, s.cfg.HolderTimeout)
+				held = claim.VerifyHolder(ctx, pod) == nil
+				cancel()
+			}
+			holds[pod] = held
+		}
+		if held && !slices.Contains(out, ctr) {
+			out = append(out, ctr)
+		}
+	}
+	return out
 }

@@ -104,18 +104,30 @@ func (r *registered) prune() {
 	}
 }
 
-// listedIn reports whether the pids.config at path lists pid. The file is the registry's own; it
-// is read with contract §6's bound, and anything malformed lists nothing.
+// listedIn reports whether the pids.config at path lists pid.
 func listedIn(path string, pid int) bool {
+	return slices.Contains(readOwnPIDs(path), pid)
+}
+
+// readOwnPIDs reads the pids.config at path. The file is the registry's own (a container sees
+// it read-only); it is read with contract §6's bound, never through a symlink, and anything
+// malformed or missing lists nothing.
+func readOwnPIDs(path string) []int {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return false
+		return nil
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
 	buf := make([]byte, contract.MaxPIDsConfigBytes)
 	n, _ := io.ReadFull(f, buf)
 	pids, err := contract.ParsePIDs(buf[:n])
-	return err == nil && slices.Contains(pids, pid)
+	if err != nil {
+		return nil
+	}
+	return pids
 }
 
 // ProcessStartTicks reads a process's start time, in clock ticks since boot (field 22 of

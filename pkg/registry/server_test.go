@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -194,4 +195,62 @@ func underscored(uid string) string {
 		}
 	}
 	return string(b)
+}
+
+// TestPerClaimUnionSurvivesARestart: A and B register for a per-claim claim; the registry
+// stops and a new one starts on the same files (a plugin restart, or the successor of a
+// handover); only B registers again. pids.config must still list A, whose long-running process
+// never execs again, and not a PID of the file that now belongs to a pod the claim is not for.
+func TestPerClaimUnionSurvivesARestart(t *testing.T) {
+	for _, h := range rt.Hierarchies(t) {
+		t.Run(h.String(), func(t *testing.T) {
+			kube := rt.NewCgroup(t, h)
+			ctrA := kube.Sub(t, "kubepods/besteffort/pod"+podA+"/ctr-a")
+			ctrB := kube.Sub(t, "kubepods/besteffort/pod"+podB+"/ctr-b")
+			stranger := kube.Sub(t, "kubepods/pod"+uuidR+"/ctr-x")
+			dir := configDir(t, shortDir(t), "claim")
+			cl := claims{uuidR: {UID: claim, ReservedFor: []string{podA, podB}, ConfigDir: dir}}
+			socket := filepath.Join(shortDir(t), "registry", "registry.sock")
+			first := startServer(t, registry.Config{Socket: socket}, registry.Deps{Claims: cl, Cgroups: &h})
+			req := registry.Request{RegisterUUID: uuidR}
+			a := rt.StartChild(t, ctrA, rt.Spec{Socket: socket, Count: 1, Request: req})
+			b := rt.StartChild(t, ctrB, rt.Spec{Socket: socket, Count: 1, Request: req})
+			for name, c := range map[string]*rt.Child{"A": a, "B": b} {
+				if rep := c.Report(t); rep.Statuses[0] != "OK" {
+					t.Fatalf("pod %s: %s %s", name, rep.Statuses[0], rep.Messages[0])
+				}
+			}
+			first.Stop()
+			// A process of a pod the claim is not reserved for, listed in the file as if
+			// its PID were one that was reused: it must not enter the union.
+			x := rt.StartChild(t, stranger, rt.Spec{}) // only sleeps
+			appendPIDs(t, dir, x.PID)
+
+			startServer(t, registry.Config{Socket: socket}, registry.Deps{Claims: cl, Cgroups: &h})
+			b2 := rt.StartChild(t, ctrB, rt.Spec{Socket: socket, Count: 1, Request: req})
+			if rep := b2.Report(t); rep.Statuses[0] != "OK" {
+				t.Fatalf("pod B after the restart: %s %s", rep.Statuses[0], rep.Messages[0])
+			}
+			if got, want := readPIDs(t, dir), sorted(a.PID, b.PID, b2.PID); !slices.Equal(got, want) {
+				t.Fatalf("pids.config after the restart = %v, want %v (A kept, the stranger left out)", got, want)
+			}
+		})
+	}
+}
+
+// appendPIDs adds PIDs to pids.config as the registry would write them.
+func appendPIDs(t *testing.T, dir string, pids ...int) {
+	t.Helper()
+	p := filepath.Join(dir, "pids.config")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		b = strconv.AppendInt(b, int64(pid), 10)
+		b = append(b, '\n')
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

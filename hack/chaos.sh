@@ -9,6 +9,8 @@
 #   full   every fault at its full count (containerd killed 20 times, the plugin killed in 100
 #          Prepares, ...); see hack/README.md for the run time
 #   short  a few iterations of each fault, about 10 minutes (CI, after make e2e)
+# CHAOS_GO_TEST_ARGS replaces go test's -count=1, e.g. '-run TestChaos/node-reboot -count=3' to
+# repeat one fault (the end checks run after each repeat).
 set -euo pipefail
 
 export LOG_NAME=chaos
@@ -64,8 +66,10 @@ main() {
   "${HACK_DIR}/cluster-up.sh"
   "${HACK_DIR}/images.sh" plugin test-workload
   log "running test/chaos (${form})"
+  local args=(-count=1)
+  [[ -n "${CHAOS_GO_TEST_ARGS:-}" ]] && read -r -a args <<<"${CHAOS_GO_TEST_ARGS}"
   (cd "${REPO_ROOT}" && KUBECONFIG="${KUBECONFIG_ADMIN}" CHAOS_FORM="${form}" \
-    go test -tags chaos -count=1 -v -timeout "${timeout}" ./test/chaos/)
+    go test -tags chaos -v -timeout "${timeout}" "${args[@]}" ./test/chaos/)
   log "chaos suite (${form}) passed in $(format_duration $((SECONDS - start)))"
 }
 

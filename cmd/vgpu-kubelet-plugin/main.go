@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/component"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
 	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
 	"github.com/vgpu-dra/vgpu-dra/pkg/featuregates"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
@@ -46,6 +47,7 @@ type flags struct {
 	foreignPolicy string
 	coreMode      string
 	coreMargin    uint
+	staleInUse    string
 }
 
 func run(args []string) error {
@@ -110,6 +112,7 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&c.NRIPluginIndex, "nri-plugin-index", nri.DefaultPluginIndex, "NRI plugin index, two digits; the runtime sees <index>-<driver name>.")
 	fs.DurationVar(&c.NRIFailureGrace, "nri-failure-grace", nri.DefaultFailureGrace, "After a good NRI session, how long NRI may be lost before the liveness probe fails.")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", plugin.DefaultReconcileInterval, "How often claims prepared on this node are checked against the API server, and those no longer in use here unprepared (also once at start-up); 0: only at start-up.")
+	fs.StringVar(&f.staleInUse, "stale-claim-containers", string(driver.StaleInUseKeep), "What the reconciliation does with containers that still run with a claim the API server no longer has in use on this node (deleted, deallocated, reserved for nobody): keep (the claim stays prepared, its capacity held, until they stop; a Warning event on each pod) or stop (kill their processes, then unprepare the claim).")
 	fs.StringVar(&c.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of this instance's pod (env POD_UID, the downward API's metadata.uid): its kubelet sockets are named after it, and the node is handed over to a new instance, or taken over from the running one, while pods keep starting. Empty: one instance at a time.")
 	fs.DurationVar(&c.UsageInterval, "usage-interval", usage.DefaultInterval, "How often each vGPU container's memory and core use is sampled for /metrics (its ledger, vgpu.config, pids.config and NVML's per-process figures); 0 disables the per-container and per-GPU usage metrics.")
 	fs.IntVar(&c.UsageMaxSeries, "usage-max-series", usage.DefaultMaxSeries, "Most (container, GPU) pairs the per-container metrics show; the rest are counted in vgpu_dra_usage_series_omitted.")
@@ -155,5 +158,6 @@ func (f *flags) config() (plugin.Config, error) {
 	}
 	c.ClaimFSBytes = q.Value()
 	c.GPUInjection = cdi.Injection(f.gpuInjection)
+	c.StaleClaimContainers = driver.StaleInUsePolicy(f.staleInUse)
 	return c, c.Validate()
 }

@@ -40,6 +40,9 @@ type Config struct {
 	GPUInjection cdi.Injection
 	// Publish paces ResourceSlice publishing; zero values take the defaults (publish.go).
 	Publish PublishTiming
+	// StaleInUse is what the reconciliation does with the running containers of a claim the
+	// API server no longer has in use here (--stale-claim-containers; "" is StaleInUseKeep).
+	StaleInUse StaleInUsePolicy
 }
 
 // PathSelector decides, when a claim is first prepared, which path its containers take
@@ -83,6 +86,9 @@ type Deps struct {
 	// Claims reads claims and writes their device status, in the background (status.go,
 	// reconcile.go). Nil: no device status is written and nothing is reconciled.
 	Claims ClaimAPI
+	// Users tells which containers still run with a claim, for the reconciliation (inuse.go).
+	// Nil: none is known, and a stale claim is unprepared at once.
+	Users ClaimUsers
 	// AtStep is called at each Step of Prepare and Unprepare (steps.go); tests only, nil in
 	// production.
 	AtStep func(Step)
@@ -118,6 +124,8 @@ type Driver struct {
 	prepareSeq uint64
 	prepares   map[string]uint64
 	now        func() time.Time
+	// inUse are the stale claims the reconciliation keeps for their running containers.
+	inUse staleInUse
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -131,6 +139,8 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 		return nil, errors.New("node name is empty")
 	case cfg.MemoryReserve < 0:
 		return nil, fmt.Errorf("memory reserve %d is negative", cfg.MemoryReserve)
+	case cfg.StaleInUse == StaleInUseStop && deps.Users == nil:
+		return nil, errors.New("stopping the containers of stale claims needs a view of the node's containers")
 	case deps.Checkpoint == nil || deps.CDI == nil || deps.Metrics == nil || deps.Paths == nil || deps.NewUUID == nil:
 		return nil, errors.New("driver dependencies are incomplete")
 	}
@@ -138,7 +148,7 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 		cfg: cfg, deps: deps, devices: deps.Devices,
 		byName: map[string]gpu.Device{}, health: newDeviceHealth(), locks: newClaimLocks(),
 		publishKick: make(chan struct{}, 1), dra: deps.DRAMetrics,
-		prepares: map[string]uint64{}, now: deps.Now,
+		prepares: map[string]uint64{}, now: deps.Now, inUse: staleInUse{claims: map[string]string{}},
 		admitted: newAdmissions(), fileSlots: make(chan struct{}, fileParallelism), removals: newDirRemovals(),
 	}
 	if d.dra == nil {

@@ -46,7 +46,8 @@ func (d *Driver) RunReconcile(ctx context.Context, interval time.Duration) {
 }
 
 // Reconcile checks every completed claim of the checkpoint against the API server and
-// unprepares those that are no longer in use on this node (staleReason). It returns how many
+// unprepares those that are no longer in use on this node (staleReason) — unless a container
+// of the node still runs with it (inuse.go). One pass runs at a time. It returns how many
 // it unprepared and the first error (each claim is tried whatever happened to the others).
 func (d *Driver) Reconcile(ctx context.Context) (int, error) {
 	if d.deps.Claims == nil {
@@ -54,6 +55,8 @@ func (d *Driver) Reconcile(ctx context.Context) (int, error) {
 	}
 	var firstErr error
 	unprepared := 0
+	kept := map[string]bool{} // stale claims kept for their running containers
+	defer d.forgetInUse(kept)
 	for uid, c := range d.deps.Checkpoint.Snapshot().Claims {
 		if c.State != checkpoint.PrepareCompleted {
 			continue // a Prepare in flight; start-up recovery rolls back a crashed one
@@ -71,6 +74,25 @@ func (d *Driver) Reconcile(ctx context.Context) (int, error) {
 		reason := d.staleReason(uid, c, api)
 		if reason == "" {
 			continue
+		}
+		if d.deps.Users != nil {
+			users, err := d.deps.Users.Users(uid, c)
+			if err != nil {
+				klog.FromContext(ctx).V(2).Info("Leaving a stale claim for the next pass: whether containers still use it is not known yet", "claim", klog.KRef(c.Namespace, c.Name), "uid", uid, "reason", reason, "cause", err.Error())
+				kept[uid] = d.isKeptInUse(uid)
+				continue
+			}
+			if len(users) > 0 {
+				stopped, err := d.keepInUse(ctx, uid, c, reason, users)
+				if err != nil {
+					d.dra.ReconcileErrors.Inc()
+					firstErr = cmpErr(firstErr, err)
+				}
+				if !stopped {
+					kept[uid] = true
+					continue
+				}
+			}
 		}
 		done, err := d.unprepareStale(ctx, uid, c, seen, reason)
 		if err != nil {

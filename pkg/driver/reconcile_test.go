@@ -3,12 +3,14 @@ package driver
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 )
 
@@ -110,3 +112,106 @@ func (p *preparingAPI) Get(ctx context.Context, namespace, name string) (*resour
 	}
 	return p.fakeClaimAPI.Get(ctx, namespace, name)
 }
+
+// TestReconcileKeepsAClaimInUse: a tenant strips the claim's finalizer and deletes it while its
+// pod runs. The reconciliation must not free the capacity the running container still holds:
+// the claim stays prepared, a Prepare of another claim that needs that capacity is refused as
+// overcommitted, the episode is counted once and told on the pod once. Once the container stops,
+// the next pass unprepares it. With --stale-claim-containers=stop the containers are stopped
+// first and the claim is unprepared in the same pass.
+func TestReconcileKeepsAClaimInUse(t *testing.T) {
+	for _, policy := range []StaleInUsePolicy{StaleInUseKeep, StaleInUseStop} {
+		t.Run(string(policy), func(t *testing.T) {
+			claim := apiClaim("share", uidClaimA, result("gpu", "gpu-1", "60Gi", "30"))
+			next := apiClaim("next", uidClaimB, result("gpu", "gpu-1", "40Gi", "30"))
+			next.Status.Allocation.Devices.Results[0].ShareID = ptr.To(types.UID("5f1c2d3e-4a5b-4c6d-8e7f-000000000001"))
+			api := newFakeClaimAPI() // claim "share" is not in it: deleted
+			users := &fakeUsers{running: map[string][]ClaimUser{uidClaimA: {{Namespace: "team", Pod: "share-pod", PodUID: podUID1, Container: "app", Cgroups: []string{"/kubepods/pod" + podUID1 + "/ctr"}}}}}
+			d := newTestDriver(t, func(cfg *Config, deps *Deps) { deps.Claims, deps.Users, cfg.StaleInUse = api, users, policy })
+			if err := prepare(t, d, claim)[claim.UID]; err != nil {
+				t.Fatal(err)
+			}
+			if policy == StaleInUseStop {
+				if n, err := d.Reconcile(context.Background()); n != 1 || err != nil {
+					t.Fatalf("Reconcile = %d, %v; want the claim unprepared once its container was stopped", n, err)
+				}
+				if len(users.stopped) != 1 || users.stopped[0].Container != "app" {
+					t.Errorf("stopped %v, want the claim's one container", users.stopped)
+				}
+				if _, ok := d.deps.Checkpoint.Get(uidClaimA); ok {
+					t.Error("the claim is still prepared after its containers were stopped")
+				}
+				if got := d.metric(t, "vgpu_dra_stale_claim_containers_stopped_total", "", ""); got != 1 {
+					t.Errorf("stale_claim_containers_stopped_total = %v, want 1", got)
+				}
+				return
+			}
+			users.unknown = true // just restarted: the NRI cache is not rebuilt yet
+			if n, err := d.Reconcile(context.Background()); n != 0 || err != nil {
+				t.Fatalf("Reconcile before the users are known = %d, %v; want the claim kept", n, err)
+			}
+			users.unknown = false
+			for range 2 {
+				if n, err := d.Reconcile(context.Background()); n != 0 || err != nil {
+					t.Fatalf("Reconcile = %d, %v; want the claim in use kept", n, err)
+				}
+			}
+			if _, ok := d.deps.Checkpoint.Get(uidClaimA); !ok {
+				t.Fatal("the reconciliation unprepared a claim whose container still runs")
+			}
+			var pe *prepareError
+			if err := prepare(t, d, next)[next.UID]; !errors.As(err, &pe) || pe.reason != metrics.ReasonOvercommitted {
+				t.Errorf("Prepare of a claim that needs the held capacity = %v, want refused as %s", err, metrics.ReasonOvercommitted)
+			}
+			if got := d.metric(t, "vgpu_dra_stale_claims_in_use_total", "reason", metrics.ReconcileDeleted); got != 1 {
+				t.Errorf("stale_claims_in_use_total{reason=deleted} = %v after two passes, want 1", got)
+			}
+			if got := d.metric(t, "vgpu_dra_stale_claims_in_use", "", ""); got != 1 {
+				t.Errorf("stale_claims_in_use = %v, want 1", got)
+			}
+			if len(users.warned) != 1 || users.warned[0] != "team/share-pod/app "+EventStaleClaimInUse {
+				t.Errorf("events %v, want one %s on the container's pod", users.warned, EventStaleClaimInUse)
+			}
+			if len(users.stopped) != 0 {
+				t.Errorf("stopped %v with the keep policy", users.stopped)
+			}
+
+			users.running = nil // the container stops
+			if n, err := d.Reconcile(context.Background()); n != 1 || err != nil {
+				t.Fatalf("Reconcile after the container stopped = %d, %v; want the claim unprepared", n, err)
+			}
+			if got := d.metric(t, "vgpu_dra_stale_claims_in_use", "", ""); got != 0 {
+				t.Errorf("stale_claims_in_use = %v after the claim went, want 0", got)
+			}
+			if err := prepare(t, d, next)[next.UID]; err != nil {
+				t.Errorf("Prepare once the capacity is free: %v", err)
+			}
+		})
+	}
+}
+
+// fakeUsers are the containers of the node as the driver sees them (ClaimUsers): stopping
+// them makes them stop running.
+type fakeUsers struct {
+	running map[string][]ClaimUser // by claim UID
+	unknown bool                   // Users cannot tell yet
+	stopped []ClaimUser
+	warned  []string
+}
+
+func (f *fakeUsers) Users(uid string, _ checkpoint.Claim) ([]ClaimUser, error) {
+	if f.unknown {
+		return nil, errors.New("the NRI cache is not rebuilt yet")
+	}
+	return f.running[uid], nil
+}
+
+func (f *fakeUsers) Stop(_ context.Context, users []ClaimUser) error {
+	f.stopped = append(f.stopped, users...)
+	for uid := range f.running {
+		f.running[uid] = slices.DeleteFunc(f.running[uid], func(u ClaimUser) bool { return slices.ContainsFunc(users, func(s ClaimUser) bool { return s.String() == u.String() }) })
+	}
+	return nil
+}
+
+func (f *fakeUsers) Warn(u ClaimUser, reason, _ string) { f.warned = append(f.warned, u.String()+" "+reason) }

@@ -37,6 +37,12 @@ type DRAMetrics struct {
 	HelperErrors       *metrics.CounterVec
 	ReconciledClaims   *metrics.CounterVec
 	ReconcileErrors    *metrics.Counter
+	// StaleClaimsInUse counts the stale claims kept for their running containers, once per
+	// claim and reason; StaleClaimsHeld is how many are kept now; StaleClaimStops counts the
+	// containers stopped for such claims (--stale-claim-containers=stop).
+	StaleClaimsInUse *metrics.CounterVec
+	StaleClaimsHeld  *metrics.Gauge
+	StaleClaimStops  *metrics.Counter
 	ClaimStatusWrites  *metrics.CounterVec
 	SlicePublishErrors *metrics.Counter
 }
@@ -59,6 +65,21 @@ func NewDRAMetrics(reg metrics.KubeRegistry) *DRAMetrics {
 			Help:           "Claims the reconciliation could not check (API errors) or could not unprepare.",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		StaleClaimsInUse: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: Namespace, Name: "stale_claims_in_use_total",
+			Help:           "Claims the API server no longer has in use on this node (reason: deleted, deallocated, not_reserved) that the reconciliation kept prepared because containers still ran with them; once per claim and reason.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"reason"}),
+		StaleClaimsHeld: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace: Namespace, Name: "stale_claims_in_use",
+			Help:           "Claims kept prepared, their capacity held, for containers that still run with them although the API server no longer has them in use on this node.",
+			StabilityLevel: metrics.ALPHA,
+		}),
+		StaleClaimStops: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace: Namespace, Name: "stale_claim_containers_stopped_total",
+			Help:           "Containers stopped because they ran with a claim the API server no longer had in use on this node (--stale-claim-containers=stop).",
+			StabilityLevel: metrics.ALPHA,
+		}),
 		ClaimStatusWrites: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace: Namespace, Name: "claim_status_writes_total",
 			Help:           "Writes of ResourceClaim status.devices, by outcome (written, retried, dropped).",
@@ -70,6 +91,6 @@ func NewDRAMetrics(reg metrics.KubeRegistry) *DRAMetrics {
 			StabilityLevel: metrics.ALPHA,
 		}),
 	}
-	reg.MustRegister(m.HelperErrors, m.ReconciledClaims, m.ReconcileErrors, m.ClaimStatusWrites, m.SlicePublishErrors)
+	reg.MustRegister(m.HelperErrors, m.ReconciledClaims, m.ReconcileErrors, m.StaleClaimsInUse, m.StaleClaimsHeld, m.StaleClaimStops, m.ClaimStatusWrites, m.SlicePublishErrors)
 	return m
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/cdi"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
 	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
 )
 
@@ -88,6 +89,11 @@ type Config struct {
 	// ReconcileInterval is how often prepared claims are checked against the API server
 	// (--reconcile-interval); 0: only once, at start-up.
 	ReconcileInterval time.Duration
+	// StaleClaimContainers is what the reconciliation does with the containers that still run
+	// with a claim the API server no longer has in use here (--stale-claim-containers): keep
+	// the claim prepared until they stop (driver.StaleInUseKeep, the default when empty), or
+	// stop them and unprepare it (driver.StaleInUseStop).
+	StaleClaimContainers driver.StaleInUsePolicy
 	// PodUID is the UID of this instance's pod (--pod-uid, the downward API's metadata.uid).
 	// With it, the instance's kubelet sockets are named after the pod (the DRA helper's
 	// RollingUpdate) and it can hand the node over to a new instance, or take it over, while
@@ -201,6 +207,11 @@ func (c Config) Validate() error {
 	}
 	if c.ReconcileInterval < 0 {
 		errs = append(errs, errors.New("--reconcile-interval must not be negative"))
+	}
+	if c.StaleClaimContainers != "" {
+		if _, err := driver.ParseStaleInUsePolicy(string(c.StaleClaimContainers)); err != nil {
+			errs = append(errs, fmt.Errorf("--stale-claim-containers %w", err))
+		}
 	}
 	if c.PodUID != "" {
 		if err := contract.ValidateUID(c.PodUID); err != nil {

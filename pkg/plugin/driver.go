@@ -36,6 +36,8 @@ type driverParts struct {
 	claims driver.ClaimAPI
 	// atStep is the crash tests' hook (Deps.AtStep).
 	atStep func(driver.Step)
+	// users are the containers that run with the claims (Deps.Users).
+	users driver.ClaimUsers
 }
 
 // newDriver installs libvgpu.so into the state dir (VGPUSupport), builds the CDI writer and
@@ -77,11 +79,12 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 	}
 	d, err := driver.New(driver.Config{
 		DriverName: cfg.DriverName, NodeName: cfg.NodeName, MemoryReserve: cfg.MemoryReserve,
-		VGPU: cfg.VGPU, BootID: parts.bootID, GPUInjection: cfg.GPUInjection,
+		VGPU: cfg.VGPU, BootID: parts.bootID, GPUInjection: cfg.GPUInjection, StaleInUse: cfg.StaleClaimContainers,
 	}, driver.Deps{
 		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
 		Paths: parts.paths, PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
 		Quarantine: parts.quarantine, OnFatal: parts.onFatal, Claims: parts.claims, AtStep: parts.atStep, DRAMetrics: parts.dra,
+		Users: parts.users,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build the driver: %w", err)

@@ -74,6 +74,7 @@ func (p *Plugin) becomeOwner(lock *instancelock.Lock, nriIndex, event string) (f
 		devices: p.devices, store: t.store, metrics: p.metrics, dra: p.dra, paths: p.claimPaths(), quarantine: quarantine,
 		simulated: isSimulated(p.gpus), bootID: bootID, onFatal: p.fail,
 		claims: newKubeClaims(cmp.Or(p.deps.BackgroundClient, p.deps.KubeClient), cfg.NodeName), atStep: p.deps.AtStep,
+		users: p.claimUsers(ctx, layout),
 	}); err != nil {
 		return err
 	}

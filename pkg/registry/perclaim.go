@@ -132,22 +132,11 @@ const maxSurvivorPods = 4
 // survivors are the container cgroups of the claim's pids.config (written by the process
 // before this one) that still hold processes of a pod that holds the claim: callerPod (checked
 // already), a pod of the recorded reservedFor, or, for a share, one its VerifyHolder accepts.
-// A PID the file lists may have been reused by any process of the node since: only its cgroup
-// decides, and one outside the claim's pods is left out.
 func (s *Server) survivors(claim Claim, callerPod string) []string {
-	pids := readOwnPIDs(filepath.Join(claim.ConfigDir, contract.PIDsConfigName))
 	holds := map[string]bool{callerPod: true}
 	asked := 0
 	var out []string
-	for _, pid := range pids {
-		cg, err := s.cgroups.OfPID(pid)
-		if err != nil {
-			continue
-		}
-		pod, ctr, ok := PodOfCgroup(cg)
-		if !ok {
-			continue
-		}
+	for _, c := range ListedContainers(s.cgroups, claim.ConfigDir, func(pod string) bool {
 		held, seen := holds[pod]
 		if !seen {
 			switch {
@@ -161,9 +150,35 @@ func (s *Server) survivors(claim Claim, callerPod string) []string {
 			}
 			holds[pod] = held
 		}
-		if held && !slices.Contains(out, ctr) {
-			out = append(out, ctr)
+		return held
+	}) {
+		out = append(out, c.Cgroup)
+	}
+	return out
+}
+
+// ListedContainer is a container, by pod UID and container cgroup, with a process that a
+// pids.config lists.
+type ListedContainer struct {
+	PodUID, Cgroup string
+}
+
+// ListedContainers are the containers whose processes the pids.config of configDir lists and
+// that belong to a pod holds accepts, each once, in the file's order. A PID the file lists may
+// have been reused by any process of the node since it was written: only the process's cgroup
+// now decides, and one outside pods, or of a pod holds refuses, is left out.
+func ListedContainers(h CgroupHierarchy, configDir string, holds func(podUID string) bool) []ListedContainer {
+	var out []ListedContainer
+	for _, pid := range readOwnPIDs(filepath.Join(configDir, contract.PIDsConfigName)) {
+		cg, err := h.OfPID(pid)
+		if err != nil {
+			continue
 		}
+		pod, ctr, ok := PodOfCgroup(cg)
+		if !ok || slices.ContainsFunc(out, func(c ListedContainer) bool { return c.Cgroup == ctr }) || !holds(pod) {
+			continue
+		}
+		out = append(out, ListedContainer{PodUID: pod, Cgroup: ctr})
 	}
 	return out
 }

@@ -33,10 +33,15 @@ func New(kube kubernetes.Interface, node string) *Recorder {
 // Warn raises a Warning event on the target's pod (enforce.Deps.Event). A target without a
 // pod known by name and UID (a per-claim claim) gets none.
 func (r *Recorder) Warn(t enforce.Target, reason, message string) {
-	if t.PodUID == "" || t.Pod == "" {
+	r.WarnPod(t.Namespace, t.Pod, t.PodUID, reason, message)
+}
+
+// WarnPod raises a Warning event on the pod; none without its name and UID.
+func (r *Recorder) WarnPod(namespace, pod, podUID, reason, message string) {
+	if podUID == "" || pod == "" {
 		return
 	}
-	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: t.Namespace, Name: t.Pod, UID: types.UID(t.PodUID)}
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: pod, UID: types.UID(podUID)}
 	r.recorder.Event(ref, corev1.EventTypeWarning, reason, message)
 }
 

@@ -1,0 +1,150 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"time"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
+	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce/podevents"
+	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
+	"github.com/vgpu-dra/vgpu-dra/pkg/registry"
+)
+
+// stopWait bounds how long stopping a stale claim's containers waits for their processes to go.
+const stopWait = 5 * time.Second
+
+// claimUsers is the driver's view of the containers that run with its claims
+// (driver.ClaimUsers): on the NRI path the cache's instances that have not stopped; on the
+// per-claim path the container cgroups of the claim's pids.config that still have processes in
+// a pod the claim was reserved for. Nothing of it is a file a container can write.
+type claimUsers struct {
+	cache   *nri.Cache // nil without NRI
+	layout  claimdir.Layout
+	cgroups *registry.CgroupHierarchy // nil: the hierarchy was not found (per-claim path unknown)
+	warn    func(namespace, pod, podUID, reason, message string)
+}
+
+var _ driver.ClaimUsers = (*claimUsers)(nil)
+
+// claimUsers builds the view for an ownership term; its events go out until ctx ends.
+func (p *Plugin) claimUsers(ctx context.Context, layout claimdir.Layout) *claimUsers {
+	u := &claimUsers{layout: layout}
+	if p.nri != nil {
+		u.cache = p.nri.plugin.Cache()
+	}
+	if h, err := registry.DetectCgroupHierarchy("/proc"); err == nil {
+		u.cgroups = &h
+	} else {
+		p.logger.Error(err, "No cgroup hierarchy: the reconciliation cannot tell which per-claim claims still have containers, nor stop any")
+	}
+	if p.deps.KubeClient != nil {
+		events := podevents.New(p.deps.KubeClient, p.cfg.NodeName)
+		context.AfterFunc(ctx, events.Shutdown)
+		u.warn = events.WarnPod
+	}
+	return u
+}
+
+func (u *claimUsers) Users(uid string, c checkpoint.Claim) ([]driver.ClaimUser, error) {
+	var out []driver.ClaimUser
+	if c.Path == contract.PathPerClaim {
+		if u.cgroups == nil {
+			return nil, nil
+		}
+		dirs, err := u.layout.PerClaimDirs(uid)
+		if err != nil {
+			return nil, err
+		}
+		for _, lc := range registry.ListedContainers(*u.cgroups, dirs.Config, func(pod string) bool { return slices.Contains(c.ReservedFor, pod) }) {
+			out = append(out, driver.ClaimUser{Namespace: c.Namespace, PodUID: lc.PodUID, Cgroups: []string{lc.Cgroup}})
+		}
+		return out, nil
+	}
+	if u.cache == nil {
+		return nil, nil
+	}
+	if !u.cache.Synced() {
+		return nil, errors.New("the NRI cache has not been rebuilt by the runtime yet")
+	}
+	for _, in := range liveInstances(u.cache) {
+		if in.ClaimUID != uid {
+			continue
+		}
+		user := driver.ClaimUser{Namespace: in.PodNamespace, Pod: in.PodName, PodUID: in.PodUID, Container: in.ContainerName}
+		if cg := u.cgroupOf(in); cg != "" {
+			user.Cgroups = []string{cg}
+		}
+		out = append(out, user)
+	}
+	return out, nil
+}
+
+func (u *claimUsers) cgroupOf(in nri.Instance) string {
+	if u.cgroups == nil {
+		return ""
+	}
+	if u.cgroups.V1Pids {
+		return in.Cgroup.PIDsV1
+	}
+	return in.Cgroup.Unified
+}
+
+// Stop SIGKILLs every process of the users' cgroups (each pinned by a pidfd and checked to be
+// in its cgroup still, enforce.Killer) and waits until the cgroups are empty. A user without a
+// known cgroup (created, not started) cannot be stopped from here: an error, the claim is kept.
+func (u *claimUsers) Stop(ctx context.Context, users []driver.ClaimUser) error {
+	if u.cgroups == nil {
+		return errors.New("the node's cgroup hierarchy is unknown")
+	}
+	k := enforce.Killer{Cgroups: u.cgroups}
+	var cgroups []string
+	for _, user := range users {
+		if len(user.Cgroups) == 0 {
+			return fmt.Errorf("container %s has no process yet", user)
+		}
+		cgroups = append(cgroups, user.Cgroups...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, stopWait)
+	defer cancel()
+	for {
+		left := 0
+		for _, cg := range cgroups {
+			pids, err := u.cgroups.PIDs(cg)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			for _, pid := range pids {
+				left++
+				now, err := u.cgroups.OfPID(pid)
+				if err == nil && registry.Within(now, cg) {
+					_ = k.Kill(pid, now) // gone meanwhile, or moved: seen again next round
+				}
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d processes of %v still run after %s", left, cgroups, stopWait)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (u *claimUsers) Warn(user driver.ClaimUser, reason, message string) {
+	if u.warn != nil && user.Pod != "" && user.PodUID != "" {
+		u.warn(user.Namespace, user.Pod, user.PodUID, reason, message)
+	}
+}

@@ -209,9 +209,13 @@ func (f *fakeUsers) Users(uid string, _ checkpoint.Claim) ([]ClaimUser, error) {
 func (f *fakeUsers) Stop(_ context.Context, users []ClaimUser) error {
 	f.stopped = append(f.stopped, users...)
 	for uid := range f.running {
-		f.running[uid] = slices.DeleteFunc(f.running[uid], func(u ClaimUser) bool { return slices.ContainsFunc(users, func(s ClaimUser) bool { return s.String() == u.String() }) })
+		f.running[uid] = slices.DeleteFunc(f.running[uid], func(u ClaimUser) bool {
+			return slices.ContainsFunc(users, func(s ClaimUser) bool { return s.String() == u.String() })
+		})
 	}
 	return nil
 }
 
-func (f *fakeUsers) Warn(u ClaimUser, reason, _ string) { f.warned = append(f.warned, u.String()+" "+reason) }
+func (f *fakeUsers) Warn(u ClaimUser, reason, _ string) {
+	f.warned = append(f.warned, u.String()+" "+reason)
+}

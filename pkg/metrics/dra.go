@@ -34,15 +34,15 @@ const (
 // background errors, the reconciliation with the API server, the claims' device status and
 // ResourceSlice publishing.
 type DRAMetrics struct {
-	HelperErrors       *metrics.CounterVec
-	ReconciledClaims   *metrics.CounterVec
-	ReconcileErrors    *metrics.Counter
+	HelperErrors     *metrics.CounterVec
+	ReconciledClaims *metrics.CounterVec
+	ReconcileErrors  *metrics.Counter
 	// StaleClaimsInUse counts the stale claims kept for their running containers, once per
 	// claim and reason; StaleClaimsHeld is how many are kept now; StaleClaimStops counts the
 	// containers stopped for such claims (--stale-claim-containers=stop).
-	StaleClaimsInUse *metrics.CounterVec
-	StaleClaimsHeld  *metrics.Gauge
-	StaleClaimStops  *metrics.Counter
+	StaleClaimsInUse   *metrics.CounterVec
+	StaleClaimsHeld    *metrics.Gauge
+	StaleClaimStops    *metrics.Counter
 	ClaimStatusWrites  *metrics.CounterVec
 	SlicePublishErrors *metrics.Counter
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -20,8 +21,11 @@ import (
 //   - A held set whose directory or vgpu.config is missing (a reboot emptied its tmpfs) is
 //     rebuilt, never reset: a running container may be using it.
 //   - A share directory set that no container holds is removed, but only once grace has passed
-//     since the process started and since the set was last allocated: the kubelet records an
-//     allocation after Allocate answers, and a set must not go in between.
+//     since the process started and since the set was last allocated (the kubelet records an
+//     allocation after Allocate answers, and a set must not go in between), once keepMisses
+//     answers in a row over at least keepMissSpan have not listed it (while the kubelet
+//     restarts, its first answers may come before it has restored its own checkpoint), and
+//     never while a process its pids.config lists still runs in a pod's container.
 //
 // Directories that are not a share's (another mode's claims) are left alone.
 type keeper struct {
@@ -31,7 +35,23 @@ type keeper struct {
 	interval time.Duration
 	started  time.Time
 	logger   logr.Logger
+	// inUse reports whether a process of the share's containers still runs (its config
+	// directory's pids.config); nil: not known, and only the misses decide.
+	inUse func(configDir string) bool
+	// misses are the shares the kubelet's answers have not listed, since when and how often.
+	misses map[string]miss
 }
+
+type miss struct {
+	first time.Time
+	count int
+}
+
+const (
+	// keepMisses answers in a row, over at least keepMissSpan, must miss a set before it goes.
+	keepMisses   = 3
+	keepMissSpan = 10 * time.Second
+)
 
 // pass reconciles once. An unreachable kubelet changes nothing.
 func (k *keeper) pass(ctx context.Context) error {
@@ -56,10 +76,34 @@ func (k *keeper) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if k.misses == nil {
+		k.misses = map[string]miss{}
+	}
+	now := a.now()
+	for uid := range k.misses {
+		if leads[uid] || !slices.Contains(uids, uid) {
+			delete(k.misses, uid)
+		}
+	}
 	for _, uid := range uids {
 		sh, ok := a.inv.ByUID(uid)
 		if !ok || leads[uid] {
 			continue
+		}
+		m := k.misses[uid]
+		if m.count == 0 {
+			m.first = now
+		}
+		m.count++
+		k.misses[uid] = m
+		if m.count < keepMisses || now.Sub(m.first) < keepMissSpan {
+			continue
+		}
+		if k.inUse != nil {
+			if dirs, err := a.layout.PerClaimDirs(uid); err == nil && k.inUse(dirs.Config) {
+				k.logger.V(2).Info("Keeping the directories of a share the kubelet does not list: a process of its containers still runs", "share", sh.ID)
+				continue
+			}
 		}
 		if err := k.remove(sh); err != nil {
 			k.logger.Error(err, "Remove the directories of a share no container holds", "share", sh.ID)
@@ -101,6 +145,7 @@ func (k *keeper) remove(sh *Share) error {
 		return err
 	}
 	delete(a.allocated, sh.UID)
+	delete(k.misses, sh.UID)
 	k.logger.V(2).Info("Removed the directories of a share no container holds", "share", sh.ID)
 	return nil
 }

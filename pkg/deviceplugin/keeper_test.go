@@ -36,7 +36,8 @@ func (c *fakeClock) add(d time.Duration) {
 
 // TestKeeper: after a reboot (directories gone) the sets the kubelet's containers hold are
 // rebuilt with their vgpu.config; a set no one holds is removed once its grace has passed since
-// the start and since its last Allocate, and not before; a directory that is no share's stays.
+// the start and since its last Allocate, and three answers over 10 s have missed it, not
+// before; a directory that is no share's stays.
 func TestKeeper(t *testing.T) {
 	inv := testInventory(t, 2, 2)
 	a, layout := newTestAllocator(t, inv, 0, cdi.InjectionNone)
@@ -89,7 +90,14 @@ func TestKeeper(t *testing.T) {
 	if _, err := os.Stat(configOf(leadFree.UID)); err != nil {
 		t.Fatalf("a set allocated 10 s ago was removed: %v", err)
 	}
-	clock.add(6 * time.Second)
+	clock.add(6 * time.Second) // past its grace, but missed by two answers only
+	if err := kp.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(configOf(leadFree.UID)); err != nil {
+		t.Fatalf("a set two answers missed, 6 s apart, was removed: %v", err)
+	}
+	clock.add(5 * time.Second) // the third miss, 11 s after the first
 	if err := kp.pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -112,5 +120,63 @@ func TestKeeper(t *testing.T) {
 	}
 	if _, err := os.Stat(configOf(leadHeld.UID)); err != nil {
 		t.Errorf("the held set went while the kubelet was down: %v", err)
+	}
+}
+
+// TestKeeperThroughAKubeletRestart: while the kubelet restarts, its first pod-resources answers
+// may come before it has restored its checkpoint and list no container; a held set must survive
+// them. And a set whose container's process still runs is never removed, however many answers
+// miss it.
+func TestKeeperThroughAKubeletRestart(t *testing.T) {
+	inv := testInventory(t, 2, 2)
+	a, layout := newTestAllocator(t, inv, 0, cdi.InjectionNone)
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	a.now = clock.Now
+	k := &fakeKubelet{}
+	running := true
+	kp := &keeper{alloc: a, holders: &holders{kubelet: k, resource: resource}, grace: 15 * time.Second, started: clock.Now(), logger: logr.Discard(),
+		inUse: func(string) bool { return running }}
+	lead := inv.byID[id(0, 1)]
+	if _, err := a.allocate([]string{lead.ID}); err != nil {
+		t.Fatal(err)
+	}
+	held := fakePod{"ns", "a", resource, ids([2]int{0, 1})}
+	k.set(held)
+	clock.add(time.Minute)
+	exists := func() bool {
+		uids, _ := layout.ListClaims()
+		return slices.Contains(uids, lead.UID)
+	}
+	pass := func() {
+		t.Helper()
+		clock.add(5 * time.Second)
+		if err := kp.pass(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pass()
+	// The kubelet restarts: two answers, 5 s apart, list nothing; then the container again.
+	k.set()
+	pass()
+	pass()
+	k.set(held)
+	pass()
+	k.set()
+	pass()
+	pass()
+	if !exists() {
+		t.Fatal("a held set was removed while the kubelet restarted")
+	}
+	// The kubelet has lost the container for good, but its process still runs.
+	for range 5 {
+		pass()
+	}
+	if !exists() {
+		t.Fatal("a set whose container's process still runs was removed")
+	}
+	running = false
+	pass()
+	if exists() {
+		t.Error("a set no container holds and no process uses survived")
 	}
 }

@@ -125,6 +125,11 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	}
 	holders := &holders{kubelet: kubelet, kube: deps.KubeClient, resource: cfg.ResourceName}
 	keep := &keeper{alloc: p.alloc, holders: holders, grace: cfg.keepGrace(), interval: cfg.keepInterval(), started: deps.Now(), logger: logger.WithName("share-dirs")}
+	if h, err := registry.DetectCgroupHierarchy("/proc"); err == nil {
+		keep.inUse = func(configDir string) bool {
+			return len(registry.ListedContainers(h, configDir, func(string) bool { return true })) > 0
+		}
+	}
 	keepCtx, keepCancel := context.WithTimeout(ctx, startupKeepTimeout)
 	if err := keep.pass(keepCtx); err != nil {
 		logger.Error(err, "Share directories not reconciled at start-up; the keeper retries")

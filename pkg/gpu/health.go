@@ -49,6 +49,14 @@ func (s *nvmlSource) WatchHealth(ctx context.Context, events chan<- HealthEvent)
 // which counts as healthy.
 type gpuHealth struct {
 	unhealthy, fatal bool
+	// decayAt is set while the GPU is unhealthy only for XIDs outside both lists that came
+	// with NVML's recovery action at none: nothing will ever say it recovered, so it is
+	// healthy again once no such XID has come for the quiet period (decayAt). One tenant's
+	// odd XID must not take a shared GPU out of every new allocation for good.
+	decayAt time.Time
+	// cause and repeats are the decaying fault's first reason and how often it came again.
+	cause   string
+	repeats int
 }
 
 // healthWatch is one WatchHealth call.
@@ -91,6 +99,7 @@ func (w *healthWatch) run(ctx context.Context) (waited bool, err error) {
 			return waited, fmt.Errorf("wait for NVML events: %w", ret)
 		}
 		waited = true
+		w.decay(ctx, time.Now())
 	}
 	return waited, nil
 }
@@ -203,7 +212,47 @@ func (w *healthWatch) handle(ctx context.Context, data nvml.EventData) {
 		return
 	}
 	w.logger.Info("NVML health event", "uuid", uuid, "eventType", data.EventType, "data", data.EventData, "reason", reason)
+	if verdict == verdictUnhealthy && data.EventType == nvml.EventTypeXidCriticalError && w.src.health.xidQuiet > 0 &&
+		recoveryAction(data.Device, uint64(nvml.GPU_RECOVERY_ACTION_NONE)) == nvml.GPU_RECOVERY_ACTION_NONE {
+		w.reportDecaying(ctx, uuid, reason, time.Now())
+		return
+	}
 	w.report(ctx, uuid, verdict, reason)
+}
+
+// reportDecaying records an XID outside both lists that came with the recovery action at none:
+// the GPU is unhealthy until the quiet period passes without another. A GPU unhealthy for a
+// cause that does not decay (a recovery action pending) or fatal stays so.
+func (w *healthWatch) reportDecaying(ctx context.Context, uuid, reason string, now time.Time) {
+	prev := w.state[uuid]
+	if prev.unhealthy && prev.decayAt.IsZero() {
+		return
+	}
+	next := gpuHealth{unhealthy: true, decayAt: now.Add(w.src.health.xidQuiet), cause: reason}
+	if prev.unhealthy {
+		next.cause, next.repeats = prev.cause, prev.repeats+1
+		w.state[uuid] = next
+		w.logger.Info("GPU's XID came again: its quiet period starts over", "uuid", uuid, "reason", reason, "repeats", next.repeats, "healthyAt", next.decayAt)
+		return
+	}
+	ev := HealthEvent{UUID: uuid, Healthy: false, Reason: reason}
+	select {
+	case w.out <- ev:
+		w.state[uuid] = next
+	case <-ctx.Done():
+	}
+}
+
+// decay marks healthy again the GPUs whose decaying fault had its quiet period.
+func (w *healthWatch) decay(ctx context.Context, now time.Time) {
+	for uuid, st := range w.state {
+		if !st.unhealthy || st.fatal || st.decayAt.IsZero() || now.Before(st.decayAt) {
+			continue
+		}
+		reason := fmt.Sprintf("no XID for %s after %s (%d repeats), NVML recovery action none", w.src.health.xidQuiet, st.cause, st.repeats)
+		w.logger.Info("GPU healthy again", "uuid", uuid, "reason", reason)
+		w.report(ctx, uuid, verdictRecovered, reason)
+	}
 }
 
 // report sends the GPU's new state if the verdict changes it: first fault, escalation to fatal,
@@ -215,13 +264,15 @@ func (w *healthWatch) report(ctx context.Context, uuid string, verdict healthVer
 	case verdictIgnore:
 		return
 	case verdictUnhealthy:
-		next.unhealthy = true
+		// A cause that does not decay ends a decaying fault's countdown.
+		next = gpuHealth{unhealthy: true, fatal: prev.fatal}
 	case verdictFatal:
 		next = gpuHealth{unhealthy: true, fatal: true}
 	case verdictRecovered:
 		next = gpuHealth{}
 	}
-	if next == prev {
+	if next.unhealthy == prev.unhealthy && next.fatal == prev.fatal {
+		w.state[uuid] = next
 		return
 	}
 	ev := HealthEvent{UUID: uuid, Healthy: !next.unhealthy, Fatal: next.fatal, Reason: reason}

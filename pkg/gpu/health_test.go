@@ -12,7 +12,7 @@ import (
 )
 
 // fastHealth keeps the watcher's waits short so that tests end quickly; nothing asserts them.
-var fastHealth = healthTimings{wait: 10 * time.Millisecond, retryMin: time.Millisecond, retryMax: 5 * time.Millisecond}
+var fastHealth = healthTimings{wait: 10 * time.Millisecond, retryMin: time.Millisecond, retryMax: 5 * time.Millisecond, xidQuiet: time.Hour}
 
 // watch runs src.WatchHealth until the test ends and checks that it returns nil on cancel.
 func watch(t *testing.T, src Source) <-chan HealthEvent {
@@ -367,4 +367,59 @@ func TestSimulatedQueuesAreBounded(t *testing.T) {
 			t.Errorf("SetHealth over the bound = %v, want an error", err)
 		}
 	})
+}
+
+// TestUnknownXIDDecays: a tenant's program raises an XID outside both lists with NVML's recovery
+// action at none (nothing will ever say the GPU recovered). The GPU is unhealthy, but healthy
+// again once the quiet period passes without another; a repeat starts the period over and is
+// counted. A GPU whose recovery action asks for something does not decay, nor a fatal one.
+func TestUnknownXIDDecays(t *testing.T) {
+	const quiet = 300 * time.Millisecond
+	sim := newTestSimulated(t, "dgx-h200", 3)
+	sim.src.health = fastHealth
+	sim.src.health.xidQuiet = quiet
+	uuid := func(i int) string { return sim.visible[i].UUID }
+	events := watch(t, sim)
+
+	start := time.Now()
+	if err := sim.SetHealth(uuid(0), false, 92); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(t, events); got.UUID != uuid(0) || got.Healthy || got.Fatal || got.Reason != "XID 92" {
+		t.Fatalf("after XID 92: %+v, want unhealthy, not fatal", got)
+	}
+	time.Sleep(quiet / 2)
+	if err := sim.SetHealth(uuid(0), false, 92); err != nil { // the same again: the period starts over
+		t.Fatal(err)
+	}
+	repeated := time.Now()
+	// GPU 1 needs a reset (recovery action), then raises the same XID: it must not decay.
+	if err := sim.SetRecoveryAction(uuid(1), nvml.GPU_RECOVERY_ACTION_DRAIN_P2P); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(t, events); got.UUID != uuid(1) || got.Healthy {
+		t.Fatalf("after a recovery action: %+v, want GPU 1 unhealthy", got)
+	}
+	if err := sim.SetHealth(uuid(1), false, 92); err != nil {
+		t.Fatal(err)
+	}
+	got := next(t, events)
+	if got.UUID != uuid(0) || !got.Healthy || !strings.Contains(got.Reason, "XID 92 (1 repeats)") {
+		t.Fatalf("decay: %+v, want GPU 0 healthy again, naming the XID and its one repeat", got)
+	}
+	if since := time.Since(repeated); since < quiet {
+		t.Errorf("GPU 0 healthy %v after the repeat, before its quiet period of %v", since, quiet)
+	}
+	if since := time.Since(start); since < quiet+quiet/2 {
+		t.Errorf("GPU 0 healthy %v after the first XID: the repeat did not start the period over", since)
+	}
+	// Nothing else comes: GPU 1 stays unhealthy past the quiet period. A sentinel on GPU 2
+	// shows up in place of any event that should not have been sent.
+	time.Sleep(2 * quiet)
+	if err := sim.SetHealth(uuid(2), false, 79); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(t, events); got.UUID != uuid(2) || !got.Fatal {
+		t.Errorf("got %+v, want only the sentinel (GPU 1 must not decay)", got)
+	}
 }

@@ -34,9 +34,16 @@ type healthTimings struct {
 	wait time.Duration
 	// retryMin and retryMax bound the backoff between attempts after an NVML error.
 	retryMin, retryMax time.Duration
+	// xidQuiet is how long a GPU made unhealthy by an XID outside both lists (xid.go), while
+	// NVML's recovery action stays none, must see no further such XID to be healthy again;
+	// 0: such a GPU stays unhealthy until it is marked healthy or the plugin restarts.
+	xidQuiet time.Duration
 }
 
-var defaultHealthTimings = healthTimings{wait: time.Second, retryMin: time.Second, retryMax: 30 * time.Second}
+// DefaultXIDQuietPeriod is healthTimings.xidQuiet's default.
+const DefaultXIDQuietPeriod = 5 * time.Minute
+
+var defaultHealthTimings = healthTimings{wait: time.Second, retryMin: time.Second, retryMax: 30 * time.Second, xidQuiet: DefaultXIDQuietPeriod}
 
 // Devices returns every GPU, sorted by index.
 func (s *nvmlSource) Devices(ctx context.Context) ([]Device, error) {

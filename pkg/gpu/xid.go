@@ -28,6 +28,7 @@ const eventTypeSimulatedRecovery uint64 = 1 << 63
 // the next program runs fine. Marking the GPU unhealthy for them would let one tenant's buggy
 // kernel take a shared GPU away from every other tenant, so they are ignored.
 var applicationXIDs = map[uint64]string{
+	8:   "GPU stopped processing: a channel's idle timeout (the catalogue's action: restart the application)",
 	13:  "Graphics Engine Exception: illegal instruction or out-of-range access in a kernel",
 	31:  "GPU memory page fault: a kernel touched an invalid address",
 	43:  "GPU stopped processing: the faulting application's channel was torn down",
@@ -39,7 +40,8 @@ var applicationXIDs = map[uint64]string{
 // fatalXIDs need a GPU reset (or more) before the GPU can run work again: work on it is lost,
 // so the GPU is tainted NoExecute. Every XID outside both lists (e.g. 63 row-remap pending,
 // 92 high single-bit ECC rate, 94 contained ECC error, 999 unknown) makes the GPU unhealthy but
-// not fatal: no new work (NoSchedule), running work may finish.
+// not fatal: no new work (NoSchedule), running work may finish. When it comes with NVML's
+// recovery action at none, it decays after a quiet period (health.go, reportDecaying).
 var fatalXIDs = map[uint64]string{
 	48:  "double-bit ECC error",
 	62:  "internal micro-controller halt",

@@ -38,10 +38,13 @@ type holders struct {
 	kubelet  PodResources
 	kube     kubernetes.Interface
 	resource string
+	// answers bounds what registrations cost the kubelet and the API server (holdercache.go).
+	answers holderAnswers
 }
 
 // list asks the kubelet for every pod's devices.
 func (h *holders) list(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+	h.answers.lists.Add(1)
 	resp, err := h.kubelet.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("list pod resources from the kubelet: %w", err)
@@ -84,10 +87,21 @@ func (h *holders) held(ctx context.Context) ([]heldSet, error) {
 // stopping and its replacement: when it lists the name twice, no one can tell which holds the
 // share, and the answer is no.
 func (h *holders) verify(ctx context.Context, shareID, podUID string) error {
-	resp, err := h.list(ctx)
+	asked := h.answers.clock()
+	if ok, err := h.answers.cached(shareID, podUID, asked); ok {
+		return err
+	}
+	resp, err := h.answers.listSince(ctx, asked, h.list)
 	if err != nil {
 		return err
 	}
+	err = h.decide(ctx, resp, shareID, podUID)
+	h.answers.record(shareID, podUID, err)
+	return err
+}
+
+// decide is verify's answer from one pod-resources list.
+func (h *holders) decide(ctx context.Context, resp *podresourcesapi.ListPodResourcesResponse, shareID, podUID string) error {
 	var holder *podRef
 	for _, s := range h.heldSets(resp) {
 		if !slices.Contains(s.ids, shareID) {
@@ -110,6 +124,7 @@ func (h *holders) verify(ctx context.Context, shareID, podUID string) error {
 	if named > 1 {
 		return fmt.Errorf("the kubelet runs %d pods named %s/%s: %w", named, holder.namespace, holder.name, registry.ErrNotHolder)
 	}
+	h.answers.gets.Add(1)
 	pod, err := h.kube.CoreV1().Pods(holder.namespace).Get(ctx, holder.name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):

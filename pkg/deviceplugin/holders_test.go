@@ -3,7 +3,9 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,5 +82,80 @@ func TestShareTargets(t *testing.T) {
 	}
 	if _, ok := tg.ClaimByRegisterUUID(uidA); ok {
 		t.Error("a UUID that is no share's resolved")
+	}
+}
+
+// TestHolderChecksAreBounded: a container that re-registers in a loop must not cost the kubelet
+// a pod-resources List and the API server a GET each time. The holder's repeats are answered
+// from memory until the keeper sees its share freed; a non-holder's refusal is remembered for a
+// second; registrations that come together share one List; and a refusal is never decided on a
+// List older than the question.
+func TestHolderChecksAreBounded(t *testing.T) {
+	share, other := id(0, 1), id(0, 0)
+	k := &fakeKubelet{}
+	k.set(fakePod{"ns", "a", resource, []string{share}})
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	h := &holders{kubelet: k, kube: fake.NewClientset(pod("ns", "a", uidA), pod("ns", "b", uidB)), resource: resource}
+	h.answers.now = clock.Now
+	ctx := context.Background()
+	costs := func() (int64, int64) { return h.answers.lists.Load(), h.answers.gets.Load() }
+
+	for range 200 {
+		if err := h.verify(ctx, share, uidA); err != nil {
+			t.Fatalf("the holder: %v", err)
+		}
+	}
+	if l, g := costs(); l != 1 || g != 1 {
+		t.Errorf("200 registrations of the holder cost %d Lists and %d GETs, want 1 and 1", l, g)
+	}
+	clock.add(time.Millisecond) // the clock moves between questions, as a real one does
+	for range 200 {
+		if err := h.verify(ctx, share, uidB); !errors.Is(err, registry.ErrNotHolder) {
+			t.Fatalf("a non-holder: %v", err)
+		}
+	}
+	if l, g := costs(); l != 2 || g != 2 {
+		t.Errorf("then 200 of a non-holder within a second cost %d Lists and %d GETs in all, want 2 and 2", l, g)
+	}
+	clock.add(1100 * time.Millisecond)
+	if err := h.verify(ctx, share, uidB); !errors.Is(err, registry.ErrNotHolder) {
+		t.Fatalf("a non-holder a second later: %v", err)
+	}
+	if l, _ := costs(); l != 3 {
+		t.Errorf("a refusal a second old was not asked again (%d Lists, want 3)", l)
+	}
+
+	// 50 registrations at once from a pod that holds nothing: one List between them, or a
+	// few if they straddle one.
+	before, _ := costs()
+	clock.add(time.Millisecond)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := h.verify(ctx, other, uidB); !errors.Is(err, registry.ErrNotHolder) {
+				t.Errorf("concurrent non-holder: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if l, _ := costs(); l-before > 2 {
+		t.Errorf("50 concurrent registrations cost %d Lists, want at most 2", l-before)
+	}
+
+	// Pod b is given the other share: its first question about it is asked anew, not refused
+	// on what was remembered of another share.
+	k.set(fakePod{"ns", "a", resource, []string{share}}, fakePod{"ns", "b", resource, []string{other}})
+	clock.add(1100 * time.Millisecond)
+	if err := h.verify(ctx, other, uidB); err != nil {
+		t.Errorf("the new holder of the other share: %v", err)
+	}
+	// Pod a's share is freed: once the keeper has seen it, pod a is asked about anew.
+	k.set(fakePod{"ns", "b", resource, []string{other}})
+	h.answers.forgetFreed(map[string]bool{other: true})
+	clock.add(time.Millisecond)
+	if err := h.verify(ctx, share, uidA); !errors.Is(err, registry.ErrNotHolder) {
+		t.Errorf("the holder of a freed share: %v, want refused", err)
 	}
 }

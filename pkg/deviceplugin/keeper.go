@@ -61,6 +61,13 @@ func (k *keeper) pass(ctx context.Context) error {
 	}
 	a := k.alloc
 	leads := map[string]bool{}
+	heldIDs := map[string]bool{}
+	for _, s := range sets {
+		for _, id := range s.ids {
+			heldIDs[id] = true
+		}
+	}
+	k.holders.answers.forgetFreed(heldIDs)
 	for _, s := range sets {
 		al, err := a.inv.allocation(s.ids, nil)
 		if err != nil {

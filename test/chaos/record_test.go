@@ -186,7 +186,7 @@ func (r *run) row() row {
 		figs = append(figs, fmt.Sprintf("containerd unreachable for %d inspections", r.runtimeGap))
 	}
 	figs = append(figs, r.notes...)
-	return row{fault: r.name, iterations: r.iterations, checks: r.checks, violations: len(r.violations), figures: figs}
+	return row{fault: r.name, iterations: r.iterations, checks: r.checks, violations: len(r.violations), figures: figs, violated: slices.Clone(r.violations)}
 }
 
 // spread is "median / max" of the samples.
@@ -203,7 +203,12 @@ type row struct {
 	checks     int
 	violations int
 	figures    []string
+	violated   []string // the violations, in words
 }
+
+// maxViolationText bounds each violation as the summary repeats it: CI shows the end of the
+// output, and the summary's last lines must say what failed.
+const maxViolationText = 400
 
 // summaryText is the summary table: one line per fault, figures wrapped below it.
 func summaryText(rows []row) string {
@@ -217,6 +222,14 @@ func summaryText(rows []row) string {
 		fmt.Fprintf(&b, "%-22s %10d %10d %10d  %s\n", r.fault, r.iterations, r.checks, r.violations, first)
 		for _, f := range r.figures[min(1, len(r.figures)):] {
 			fmt.Fprintf(&b, "%-22s %10s %10s %10s  %s\n", "", "", "", "", f)
+		}
+	}
+	for _, r := range rows {
+		for _, v := range r.violated {
+			if len(v) > maxViolationText {
+				v = v[:maxViolationText] + "…"
+			}
+			fmt.Fprintf(&b, "VIOLATION %s: %s\n", r.fault, v)
 		}
 	}
 	return b.String()

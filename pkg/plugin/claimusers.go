@@ -46,7 +46,7 @@ func (p *Plugin) claimUsers(ctx context.Context, layout claimdir.Layout) *claimU
 		p.logger.Error(err, "No cgroup hierarchy: the reconciliation cannot tell which per-claim claims still have containers, nor stop any")
 	}
 	if p.deps.KubeClient != nil {
-		events := podevents.New(p.deps.KubeClient, p.cfg.NodeName)
+		events := podevents.NewFor(p.deps.KubeClient, p.cfg.NodeName, podevents.PluginComponent)
 		context.AfterFunc(ctx, events.Shutdown)
 		u.warn = events.WarnPod
 	}

@@ -27,7 +27,8 @@ const (
 
 func TestDRAFeatures(t *testing.T) {
 	ctx := context.Background()
-	installChart(t, "--set", "deviceSource=simulated:dgx-h200:2")
+	// The reconciliation every 5 s, so that the stale-claim case below needs no 5-minute wait.
+	installChart(t, "--set", "deviceSource=simulated:dgx-h200:2", "--set", "reconcileInterval=5s")
 	ensureFeatureNamespace(t)
 	defer cleanupFeatures(t)
 	node := nodeName(t)
@@ -168,6 +169,76 @@ func TestDRAFeatures(t *testing.T) {
 		if p, _ := kube.CoreV1().Pods(featNS).Get(ctx, "watched", metav1.GetOptions{}); p.Status.Phase != corev1.PodRunning {
 			t.Errorf("the pod on the GPU is %s after a NoSchedule fault", p.Status.Phase)
 		}
+	})
+
+	// A tenant strips its claim's finalizer and deletes it while its pod runs. The scheduler
+	// then sees gpu-1's 100Gi as free and allocates another tenant's 100Gi there; the node must
+	// not hand out memory the running pod still holds: the plugin keeps the stale claim
+	// prepared (event on the pod), the newcomer's Prepare is refused as overcommitted, and once
+	// the first pod is gone the newcomer runs.
+	t.Run("deleted-claim-keeps-its-capacity-while-its-pod-runs", func(t *testing.T) {
+		createFeatClaim(t, pinnedClaim("held", "100Gi", 20, 1))
+		createFeatPod(t, featPod("held", map[string]string{"app": "held"}))
+		waitFeatRunning(t, "held")
+		claims := kube.ResourceV1().ResourceClaims(featNS)
+		c, err := claims.Get(ctx, "held", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Finalizers = nil
+		if _, err := claims.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("strip the claim's finalizer: %v", err)
+		}
+		if err := claims.Delete(ctx, "held", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitPluginEvent(t, "held", "VGPUStaleClaimInUse", "still runs")
+
+		createFeatClaim(t, pinnedClaim("next", "100Gi", 20, 1))
+		createFeatPod(t, featPod("next", map[string]string{"app": "next"}))
+		eventually(t, defaultTimeout, "the newcomer's Prepare refused as overcommitted", func() (bool, error) {
+			l, err := kube.CoreV1().Events(featNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=next"})
+			if err != nil {
+				return false, err
+			}
+			for _, e := range l.Items {
+				if strings.Contains(e.Message, "overcommitted") {
+					t.Logf("event on next: %s %s", e.Reason, e.Message)
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("%d events on next, none naming overcommitted", len(l.Items))
+		})
+		if p, _ := kube.CoreV1().Pods(featNS).Get(ctx, "next", metav1.GetOptions{}); p.Status.Phase == corev1.PodRunning {
+			t.Fatal("the newcomer runs with memory the first pod still holds")
+		}
+		if out := featExec(t, "held", "app", "cat /etc/vgpu-dra/config/vgpu.config"); !strings.Contains(out, " 107374182400 20\n") {
+			t.Errorf("the running pod's vgpu.config changed:\n%s", out)
+		}
+
+		zero := metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}
+		if err := kube.CoreV1().Pods(featNS).Delete(ctx, "held", zero); err != nil {
+			t.Fatal(err)
+		}
+		waitFeatRunning(t, "next")
+	})
+}
+
+// waitPluginEvent waits for the kubelet plugin's Warning event with this reason on the pod.
+func waitPluginEvent(t *testing.T, pod, reason, text string) {
+	t.Helper()
+	eventually(t, defaultTimeout, fmt.Sprintf("event %s on %s", reason, pod), func() (bool, error) {
+		l, err := kube.CoreV1().Events(featNS).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range l.Items {
+			if e.Reason == reason && e.Type == corev1.EventTypeWarning && e.Source.Component == "vgpu-dra-kubelet-plugin" && strings.Contains(e.Message, text) {
+				t.Logf("event on %s: %s %s", pod, e.Reason, e.Message)
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d events on %s, none %s", len(l.Items), pod, reason)
 	})
 }
 

@@ -13,8 +13,13 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
 )
 
-// Component is the events' source component.
+// Component is the enforcer's events' source component.
 const Component = "vgpu-dra-enforcer"
+
+// PluginComponent is the source component of the kubelet plugin's own Warning events on pods
+// (the reconciliation's, contract §7): not the enforcer's, so that a check of the enforcer's
+// actions does not count them.
+const PluginComponent = "vgpu-dra-kubelet-plugin"
 
 // Recorder raises the events through an event broadcaster: it aggregates repeats and never
 // blocks the enforcer.
@@ -23,11 +28,14 @@ type Recorder struct {
 	recorder    record.EventRecorder
 }
 
-// New starts a broadcaster that writes to the API server's events of node's pods.
-func New(kube kubernetes.Interface, node string) *Recorder {
+// New starts a broadcaster that writes the enforcer's events on node's pods to the API server.
+func New(kube kubernetes.Interface, node string) *Recorder { return NewFor(kube, node, Component) }
+
+// NewFor is New with another source component.
+func NewFor(kube kubernetes.Interface, node, component string) *Recorder {
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	return &Recorder{broadcaster: b, recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: node})}
+	return &Recorder{broadcaster: b, recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component, Host: node})}
 }
 
 // Warn raises a Warning event on the target's pod (enforce.Deps.Event). A target without a

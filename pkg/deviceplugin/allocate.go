@@ -123,6 +123,9 @@ type allocator struct {
 	// allocated is when each lead was last allocated: the keeper leaves a set alone for a
 	// while after, until the kubelet has recorded the allocation (contract §13).
 	allocated map[string]time.Time
+	// onAllocate is told the device IDs of every Allocate that succeeds (holderAnswers.forget:
+	// a share given to a container again has a new holder).
+	onAllocate func(ids []string)
 }
 
 func newAllocator(inv *Inventory, layout claimdir.Layout, w *cdi.Writer, health gpuHealth, now func() time.Time) *allocator {
@@ -158,6 +161,9 @@ func (a *allocator) allocate(ids []string) (*pluginapi.ContainerAllocateResponse
 	a.mu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	if a.onAllocate != nil {
+		a.onAllocate(ids)
 	}
 	env, err := a.cdi.Env(al.cdiClaim(dirs))
 	if err != nil {

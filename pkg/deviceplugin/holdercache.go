@@ -17,10 +17,11 @@ import (
 // would exhaust the kubelet's pod-resources rate limit (about 100 QPS, burst 10) for every
 // client of the node, and a few would saturate the plugin's API client. holderAnswers bounds it:
 //
-//   - a "yes" is remembered per share (its holder's pod UID) until the keeper sees the share
-//     freed (forgetFreed): the kubelet gives a device to another pod only once the holder is
-//     gone, and a gone pod's processes cannot register;
-//   - a "no" is remembered per (share, pod) for refusedFor, at most maxRefused entries;
+//   - a "yes" is remembered per share (its holder's pod UID) until the share is allocated
+//     again (forget, from Allocate: the kubelet gives the device to a new container) or the
+//     keeper sees it freed (forgetFreed);
+//   - a "no" is remembered per (share, pod) for refusedFor, at most maxRefused entries, and
+//     forgotten too when the share is allocated again (its new holder may have asked before);
 //   - Lists are single-flight: registrations that come while one is under way share its answer,
 //     but only a List that began after the question answers it (a container that just started
 //     must not be refused on an answer older than its allocation).
@@ -91,6 +92,21 @@ func (a *holderAnswers) record(shareID, podUID string, err error) {
 			a.refused = map[[2]string]refusal{}
 		}
 		a.refused[[2]string{shareID, podUID}] = refusal{until: a.clock().Add(refusedFor), err: err}
+	}
+}
+
+// forget drops what is remembered of the shares with these device IDs (they were just
+// allocated to a container).
+func (a *holderAnswers) forget(ids []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, id := range ids {
+		delete(a.held, id)
+		for k := range a.refused {
+			if k[0] == id {
+				delete(a.refused, k)
+			}
+		}
 	}
 }
 

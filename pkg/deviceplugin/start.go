@@ -124,6 +124,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		kubelet = podresourcesapi.NewPodResourcesListerClient(p.podRes)
 	}
 	holders := &holders{kubelet: kubelet, kube: deps.KubeClient, resource: cfg.ResourceName}
+	p.alloc.onAllocate = holders.answers.forget
 	keep := &keeper{alloc: p.alloc, holders: holders, grace: cfg.keepGrace(), interval: cfg.keepInterval(), started: deps.Now(), logger: logger.WithName("share-dirs")}
 	if h, err := registry.DetectCgroupHierarchy("/proc"); err == nil {
 		keep.inUse = func(configDir string) bool {

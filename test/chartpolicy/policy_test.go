@@ -21,7 +21,7 @@ import (
 // policy renders the chart's ValidatingAdmissionPolicy whose name ends in suffix from template.
 func policy(t *testing.T, template, suffix string) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	t.Helper()
-	for _, doc := range renderTemplate(t, template) {
+	for _, doc := range renderTemplate(t, template, nil) {
 		var p admissionregistrationv1.ValidatingAdmissionPolicy
 		if err := yaml.UnmarshalStrict([]byte(doc), &p); err != nil {
 			continue // another kind

@@ -2,6 +2,7 @@ package chartpolicy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,13 +23,21 @@ const (
 var chartDir = filepath.Join("..", "..", "deployments", "helm", "vgpu-dra")
 
 // renderTemplate renders one of the chart's templates with the chart's values.yaml and
-// _helpers.tpl, as `helm template` would for the templates this package tests, and returns its
-// YAML documents. It knows only the template functions the chart's helpers and those templates
-// use (the cluster suites render the whole chart with helm itself).
-func renderTemplate(t *testing.T, name string) []string {
+// _helpers.tpl, as `helm template --set` would for the templates this package tests, and returns
+// its YAML documents. set overrides values by dotted path ("metrics.auth"). It knows only the
+// template functions the chart's helpers and those templates use (the cluster suites render the
+// whole chart with helm itself).
+func renderTemplate(t *testing.T, name string, set map[string]any) []string {
 	t.Helper()
 	var values map[string]any
 	mustUnmarshalFile(t, filepath.Join(chartDir, "values.yaml"), &values)
+	for path, v := range set {
+		m, keys := values, strings.Split(path, ".")
+		for _, k := range keys[:len(keys)-1] {
+			m = m[k].(map[string]any)
+		}
+		m[keys[len(keys)-1]] = v
+	}
 	var chart map[string]any
 	mustUnmarshalFile(t, filepath.Join(chartDir, "Chart.yaml"), &chart)
 
@@ -80,6 +89,7 @@ func templateFuncs(root *template.Template) template.FuncMap {
 			err := root.ExecuteTemplate(&b, name, data)
 			return b.String(), err
 		},
+		"fail":       func(msg string) (string, error) { return "", errors.New(msg) },
 		"quote":      func(s any) string { return fmt.Sprintf("%q", fmt.Sprint(s)) },
 		"indent":     func(n int, s string) string { return indent(n, s) },
 		"nindent":    func(n int, s string) string { return "\n" + indent(n, s) },

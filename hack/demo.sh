@@ -19,6 +19,9 @@ readonly PROFILE="${DEMO_PROFILE:-simulated:dgx-h200:1}"
 readonly MODE="${MODE:-dra}"
 readonly RESOURCE=vgpu.dra.dev/vgpu
 readonly DEBUG_SOCKET=/var/lib/vgpu-dra/device-plugin-debug.sock
+# The service account the demo reads /metrics as (namespace default): the chart binds it to
+# <release>-metrics-reader (metrics.readers), as a user binds their Prometheus's.
+readonly METRICS_SA=vgpu-metrics-scraper
 export KUBECONFIG="${KUBECONFIG_ADMIN}"
 # kubectl finds its plugin kubectl-vgpu (make build) on PATH.
 kubectl() { PATH="${REPO_ROOT}/_output/bin:${PATH}" "${CLUSTER_BIN}/kubectl" "$@"; }
@@ -29,7 +32,8 @@ install_chart() {
   helm upgrade --install "${RELEASE}" "${REPO_ROOT}/deployments/helm/vgpu-dra" \
     --namespace "${NAMESPACE}" --create-namespace --wait --timeout 3m \
     --set deviceSource="${PROFILE}" --set gpuInjection=none --set gpuCDIKind= \
-    --set image.pullPolicy=Never --set logging.verbosity=4 --set mode="${MODE}" >/dev/null
+    --set image.pullPolicy=Never --set logging.verbosity=4 --set mode="${MODE}" \
+    --set-json "metrics.readers=[{\"kind\":\"ServiceAccount\",\"name\":\"${METRICS_SA}\",\"namespace\":\"default\"}]" >/dev/null
   if [[ "${MODE}" == device-plugin ]]; then
     kubectl -n "${NAMESPACE}" rollout status "daemonset/${RELEASE}-device-plugin" --timeout=2m >/dev/null
     wait_allocatable "$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')" '^[1-9]' "the device plugin's shares on the node"
@@ -169,13 +173,17 @@ wait_allocatable() {
 
 # usage shows the plugin's per-container metrics: a process in share-a holds 9 GiB of its 10Gi
 # (the fake driver's memory, counted by libvgpu.so's ledger), and /metrics has it within one
-# sample (5 s).
+# sample (5 s). /metrics is read as Prometheus would (metrics.auth delegated, the chart's
+# default): HTTPS with the plugin's self-signed certificate, and a token of a service account
+# allowed to get /metrics.
 usage() {
-  local ip metrics
+  local ip metrics token
   kubectl exec share-a -- sh -c 'FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe hold 9216 >/tmp/hold.out 2>&1 &'
   ip=$(kubectl -n "${NAMESPACE}" get pods -l app.kubernetes.io/component=kubelet-plugin -o jsonpath='{.items[0].status.podIP}')
+  kubectl -n default get serviceaccount "${METRICS_SA}" >/dev/null 2>&1 || kubectl -n default create serviceaccount "${METRICS_SA}" >/dev/null
+  token=$(kubectl -n default create token "${METRICS_SA}" --duration=10m)
   for _ in $(seq 1 60); do
-    metrics=$(curl -fsS --max-time 3 "http://${ip}:8080/metrics" | grep -E '^vgpu_dra_(container_(memory|cores)_|gpu_(memory|cores|shares|containers))' || true)
+    metrics=$(curl -fsSk --max-time 3 -H "Authorization: Bearer ${token}" "https://${ip}:8080/metrics" | grep -E '^vgpu_dra_(container_(memory|cores)_|gpu_(memory|cores|shares|containers))' || true)
     grep -q 'container_memory_used_bytes{.*pod="share-a".* 9.663676416e+09' <<<"${metrics}" && break
     sleep 0.5
   done

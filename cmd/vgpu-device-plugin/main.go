@@ -67,7 +67,11 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		p, err := deviceplugin.Start(ctx, cfg, deviceplugin.Deps{KubeClient: kube})
+		metricsAccess, err := f.common.MetricsAccess(cfg.NodeName)
+		if err != nil {
+			return err
+		}
+		p, err := deviceplugin.Start(ctx, cfg, deviceplugin.Deps{KubeClient: kube, MetricsAccess: metricsAccess})
 		if err != nil {
 			return err
 		}

@@ -73,7 +73,11 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		p, err := plugin.Start(ctx, cfg, plugin.Deps{KubeClient: kube, BackgroundClient: background})
+		metricsAccess, err := f.common.MetricsAccess(cfg.NodeName)
+		if err != nil {
+			return err
+		}
+		p, err := plugin.Start(ctx, cfg, plugin.Deps{KubeClient: kube, BackgroundClient: background, MetricsAccess: metricsAccess})
 		if err != nil {
 			return err
 		}

@@ -72,7 +72,11 @@ func run(args []string) error {
 		if err != nil {
 			return fmt.Errorf("create Kubernetes client: %w", err)
 		}
-		w, err := webhook.Start(ctx, cfg, webhook.Deps{KubeClient: kube, RESTConfig: rc})
+		metricsAccess, err := f.common.MetricsAccess(f.podName)
+		if err != nil {
+			return err
+		}
+		w, err := webhook.Start(ctx, cfg, webhook.Deps{KubeClient: kube, RESTConfig: rc, MetricsAccess: metricsAccess})
 		if err != nil {
 			return err
 		}

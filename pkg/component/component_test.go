@@ -38,7 +38,7 @@ func TestMetricsEndpointServesInstanceAndProcessMetrics(t *testing.T) {
 	own.Inc()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, err := ServeMetrics(ctx, "127.0.0.1:0", reg)
+	addr, err := ServeMetrics(ctx, "127.0.0.1:0", reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestMetricsEndpointServesInstanceAndProcessMetrics(t *testing.T) {
 }
 
 func TestServeMetricsDisabled(t *testing.T) {
-	if addr, err := ServeMetrics(context.Background(), "", NewMetricsRegistry()); addr != nil || err != nil {
+	if addr, err := ServeMetrics(context.Background(), "", NewMetricsRegistry(), nil); addr != nil || err != nil {
 		t.Errorf("empty address: %v, %v; want nothing served and no error", addr, err)
 	}
 }
@@ -65,8 +65,8 @@ func TestServeMetricsDisabled(t *testing.T) {
 // every bad value at once.
 func TestOptions(t *testing.T) {
 	o := mustOptions(t, "--kubeconfig="+writeKubeconfig(t, "https://127.0.0.1:1"), "--health-port=-1")
-	if o.KubeAPIQPS != DefaultKubeAPIQPS || o.KubeAPIBurst != DefaultKubeAPIBurst || o.MetricsAddress != DefaultMetricsAddress {
-		t.Errorf("defaults: qps %v burst %v metrics %q", o.KubeAPIQPS, o.KubeAPIBurst, o.MetricsAddress)
+	if o.KubeAPIQPS != DefaultKubeAPIQPS || o.KubeAPIBurst != DefaultKubeAPIBurst || o.MetricsAddress != DefaultMetricsAddress || o.MetricsAuth != MetricsAuthDelegated {
+		t.Errorf("defaults: qps %v burst %v metrics %q auth %q", o.KubeAPIQPS, o.KubeAPIBurst, o.MetricsAddress, o.MetricsAuth)
 	}
 	if o.HealthAddress() != "" {
 		t.Errorf("--health-port=-1: HealthAddress %q, want disabled", o.HealthAddress())
@@ -85,12 +85,12 @@ func TestOptions(t *testing.T) {
 	}
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	bad.AddFlags(fs)
-	if err := fs.Parse([]string{"--kube-api-qps=0", "--kube-api-burst=-1", "--logging-format=xml"}); err != nil {
+	if err := fs.Parse([]string{"--kube-api-qps=0", "--kube-api-burst=-1", "--logging-format=xml", "--metrics-auth=open"}); err != nil {
 		t.Fatal(err)
 	}
 	err = bad.Validate()
-	if err == nil || !strings.Contains(err.Error(), "--kube-api-qps") || !strings.Contains(err.Error(), "xml") {
-		t.Errorf("Validate = %v, want both the rate limit and the logging format problem", err)
+	if err == nil || !strings.Contains(err.Error(), "--kube-api-qps") || !strings.Contains(err.Error(), "xml") || !strings.Contains(err.Error(), "--metrics-auth=open") {
+		t.Errorf("Validate = %v, want the rate limit, the logging format and the metrics auth problem", err)
 	}
 }
 

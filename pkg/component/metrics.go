@@ -2,6 +2,7 @@ package component
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -28,17 +29,33 @@ func MetricsHandler(reg metrics.KubeRegistry) http.Handler {
 }
 
 // ServeMetrics serves /metrics (MetricsHandler of reg) on address until ctx ends and returns the
-// bound address. An empty address disables the endpoint (nil address, nil error).
-func ServeMetrics(ctx context.Context, address string, reg metrics.KubeRegistry) (net.Addr, error) {
+// bound address. An empty address disables the endpoint (nil address, nil error). With access,
+// the endpoint is HTTPS (a self-signed certificate made here) and answers only the readers
+// access lets through; with nil access it is plain HTTP, open to anyone (--metrics-auth=none).
+func ServeMetrics(ctx context.Context, address string, reg metrics.KubeRegistry, access *MetricsAccess) (net.Addr, error) {
 	if address == "" {
 		return nil, nil
+	}
+	logger := klog.FromContext(ctx).WithName("metrics")
+	var handler http.Handler = MetricsHandler(reg)
+	var tlsConfig *tls.Config
+	if access != nil {
+		cert, err := selfSignedCertificate(time.Now())
+		if err != nil {
+			return nil, err
+		}
+		handler = access.guard(logger, handler)
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	lis, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("listen for metrics on %s: %w", address, err)
 	}
+	if tlsConfig != nil {
+		lis = tls.NewListener(lis, tlsConfig)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", MetricsHandler(reg))
+	mux.Handle(MetricsPath, handler)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -48,9 +65,9 @@ func ServeMetrics(ctx context.Context, address string, reg metrics.KubeRegistry)
 	}()
 	go func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Metrics server stopped", "address", address)
+			logger.Error(err, "Metrics server stopped", "address", address)
 		}
 	}()
-	klog.FromContext(ctx).Info("Serving metrics", "address", lis.Addr().String())
+	logger.Info("Serving metrics", "address", lis.Addr().String(), "https", tlsConfig != nil, "auth", access != nil)
 	return lis.Addr(), nil
 }

@@ -38,6 +38,8 @@ type Options struct {
 	KubeAPIBurst int
 	// MetricsAddress serves /metrics; empty disables it.
 	MetricsAddress string
+	// MetricsAuth is who may read /metrics: MetricsAuthDelegated (the default) or MetricsAuthNone.
+	MetricsAuth MetricsAuth
 	// HealthPort serves grpc.health.v1 (or the binary's own probe endpoint); negative disables it.
 	HealthPort int
 	Logging    *logsapi.LoggingConfiguration
@@ -54,7 +56,7 @@ func NewOptions(name string, healthPort int) (*Options, error) {
 	return &Options{
 		Name: name, Kubeconfig: os.Getenv("KUBECONFIG"),
 		KubeAPIQPS: DefaultKubeAPIQPS, KubeAPIBurst: DefaultKubeAPIBurst,
-		MetricsAddress: DefaultMetricsAddress, HealthPort: healthPort,
+		MetricsAddress: DefaultMetricsAddress, MetricsAuth: MetricsAuthDelegated, HealthPort: healthPort,
 		Logging: logsapi.NewLoggingConfiguration(), Gates: gates,
 	}, nil
 }
@@ -65,6 +67,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Client-side QPS limit for API requests (client-go's default of 5 turns a burst of pods into seconds).")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Client-side burst for API requests.")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "Address of the Prometheus /metrics endpoint; empty disables it.")
+	fs.StringVar((*string)(&o.MetricsAuth), "metrics-auth", string(o.MetricsAuth), "Who may read /metrics: delegated (HTTPS; a bearer token the API server authenticates, whose user may get the non-resource URL /metrics) or none (plain HTTP, anyone).")
 	fs.IntVar(&o.HealthPort, "health-port", o.HealthPort, "Port of the health endpoint (liveness, readiness and startup probes); negative disables it.")
 	o.Gates.AddFlag(fs)
 	logsapi.AddFlags(o.Logging, fs)
@@ -75,6 +78,9 @@ func (o *Options) Validate() error {
 	var errs []error
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
 		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
+	}
+	if o.MetricsAuth != MetricsAuthDelegated && o.MetricsAuth != MetricsAuthNone {
+		errs = append(errs, fmt.Errorf("--metrics-auth=%s: want %s or %s", o.MetricsAuth, MetricsAuthDelegated, MetricsAuthNone))
 	}
 	if err := featuregates.Validate(o.Gates); err != nil {
 		errs = append(errs, err)
@@ -141,6 +147,21 @@ func (o *Options) RESTConfig(instance string) (*rest.Config, error) {
 		rc.UserAgent += "/" + instance
 	}
 	return rc, nil
+}
+
+// MetricsAccess is the guard of /metrics that --metrics-auth asks for: nil for none; for
+// delegated, reviews through a client of its own (RESTConfig(instance), with its own
+// client-side rate limit), so that a flood of made-up tokens never delays the binary's own API
+// calls.
+func (o *Options) MetricsAccess(instance string) (*MetricsAccess, error) {
+	if o.MetricsAuth == MetricsAuthNone || o.MetricsAddress == "" {
+		return nil, nil
+	}
+	kube, err := o.KubeClient(instance)
+	if err != nil {
+		return nil, err
+	}
+	return NewDelegatedMetricsAccess(kube)
 }
 
 // KubeClient is a clientset built from RESTConfig.

@@ -40,6 +40,9 @@ type Deps struct {
 	PodResources PodResources
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// MetricsAccess guards /metrics (component.Options.MetricsAccess, --metrics-auth); nil
+	// serves it to anyone over plain HTTP.
+	MetricsAccess *component.MetricsAccess
 }
 
 // Plugin is a running device plugin: the parts Start built, in the order it built them.
@@ -155,7 +158,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	if _, err = p.health.Serve(ctx, cfg.HealthAddress); err != nil {
 		return nil, err
 	}
-	if _, err = component.ServeMetrics(ctx, cfg.MetricsAddress, reg); err != nil {
+	if _, err = component.ServeMetrics(ctx, cfg.MetricsAddress, reg, deps.MetricsAccess); err != nil {
 		return nil, err
 	}
 	logger.Info("Device plugin started", "resource", cfg.ResourceName, "node", cfg.NodeName, "gpus", len(p.inv.GPUs), "shares", len(p.inv.Shares), "policy", cfg.Policy)

@@ -48,6 +48,9 @@ type Deps struct {
 	// AtStep is called at each step of Prepare and Unprepare (driver.Step): the crash tests
 	// kill the process there. Nil outside tests.
 	AtStep func(driver.Step)
+	// MetricsAccess guards /metrics (component.Options.MetricsAccess, --metrics-auth); nil
+	// serves it to anyone over plain HTTP.
+	MetricsAccess *component.MetricsAccess
 	// MetricsRegistry is the registry the plugin's metrics go on; a new one
 	// (component.NewMetricsRegistry) when nil. Tests pass one that records what is registered.
 	MetricsRegistry k8smetrics.KubeRegistry
@@ -231,7 +234,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 	if p.healthAddr, err = p.health.Serve(pctx, cfg.HealthAddress); err != nil {
 		return nil, err
 	}
-	if p.metricsAddr, err = component.ServeMetrics(pctx, cfg.MetricsAddress, p.metrics.Registry); err != nil {
+	if p.metricsAddr, err = component.ServeMetrics(pctx, cfg.MetricsAddress, p.metrics.Registry, deps.MetricsAccess); err != nil {
 		return nil, err
 	}
 	if p.Owner() {

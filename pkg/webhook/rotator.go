@@ -7,13 +7,16 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -57,7 +60,11 @@ type selfManagedTLS struct {
 // newSelfManagedTLS builds the rotator on a controller-runtime manager of its own (no metrics,
 // probes or leader election: every replica rotates, and the API server's optimistic
 // concurrency makes one of two concurrent rotations win) and the informer on the one Secret.
+// Both list and watch that Secret alone (a field selector on its name), which is all the
+// chart's Role lets the webhook read.
 func newSelfManagedTLS(cfg RotatorConfig, rc *rest.Config, kube kubernetes.Interface, certDir string) (*selfManagedTLS, error) {
+	rc = rest.CopyConfig(rc)
+	rc.Wrap(onlyTheSecret(cfg.SecretNamespace, cfg.SecretName))
 	mgr, err := manager.New(rc, manager.Options{
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -79,13 +86,18 @@ func newSelfManagedTLS(cfg RotatorConfig, rc *rest.Config, kube kubernetes.Inter
 		},
 		FieldOwner:   rotatorFieldOwner,
 		ExtKeyUsages: &[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// controller-runtime refuses two controllers of one name in a process: named after
+		// its Secret, a rotator per Secret can run side by side (tests).
+		ControllerName: "cert-rotator-" + cfg.SecretNamespace + "-" + cfg.SecretName,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("add the certificate rotator: %w", err)
 	}
 	// Only this Secret: list and watch with a name field selector.
 	s.secrets = informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(cfg.SecretNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + cfg.SecretName }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.SecretName).String()
+		}))
 	sync := func(obj any) {
 		if secret, ok := obj.(*corev1.Secret); ok {
 			s.mirror.sync(secret)
@@ -168,3 +180,33 @@ func (m *secretMirror) sync(secret *corev1.Secret) {
 	m.cert, m.key = cert, key
 	logger.Info("Wrote the serving certificate from its Secret", "secret", klog.KObj(secret), "resourceVersion", secret.ResourceVersion)
 }
+
+// onlyTheSecret narrows every list and watch of the Secrets of namespace to the one named name.
+// cert-controller's rotator reads its Secret through a controller-runtime cache of every Secret
+// of the namespace, with no option to narrow it, and RBAC can restrict a list or a watch by
+// resourceNames only when the request carries the field selector metadata.name=<name>: without
+// it the webhook would need to read every Secret of its namespace. The rotator never reads
+// another Secret (its reconciler ignores every other name), so the narrowed cache is all it uses.
+func onlyTheSecret(namespace, name string) func(http.RoundTripper) http.RoundTripper {
+	collection := "/api/v1/namespaces/" + namespace + "/secrets"
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	return func(next http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method != http.MethodGet || !strings.HasSuffix(req.URL.Path, collection) {
+				return next.RoundTrip(req)
+			}
+			q := req.URL.Query()
+			if q.Get("fieldSelector") != "" && q.Get("fieldSelector") != selector {
+				return nil, fmt.Errorf("list Secrets of %s with field selector %q: only Secret %s may be read", namespace, q.Get("fieldSelector"), name)
+			}
+			q.Set("fieldSelector", selector)
+			req = req.Clone(req.Context())
+			req.URL.RawQuery = q.Encode()
+			return next.RoundTrip(req)
+		})
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

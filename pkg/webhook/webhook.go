@@ -79,6 +79,9 @@ type Deps struct {
 	KubeClient kubernetes.Interface
 	// RESTConfig builds the rotator's client; needed only in the self-managed TLS mode.
 	RESTConfig *rest.Config
+	// MetricsAccess guards /metrics (component.Options.MetricsAccess, --metrics-auth); nil
+	// serves it to anyone over plain HTTP.
+	MetricsAccess *component.MetricsAccess
 }
 
 // Webhook is a running vgpu-webhook.
@@ -128,7 +131,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Webhook, error) {
 		fatal = self.start(serveCtx)
 	}
 	go cert.watch(klog.NewContext(serveCtx, logger.WithName("tls")))
-	srv, err := w.serve(serveCtx, cfg, specs, cert)
+	srv, err := w.serve(serveCtx, cfg, deps.MetricsAccess, specs, cert)
 	if err != nil {
 		stopServing()
 		return nil, err
@@ -163,7 +166,7 @@ func (w *Webhook) addReadinessChecks(specs *CacheSpecs, cert *servingCert, self 
 }
 
 // serve starts the admission, health and metrics servers.
-func (w *Webhook) serve(ctx context.Context, cfg Config, specs Specs, cert *servingCert) (*httpsServer, error) {
+func (w *Webhook) serve(ctx context.Context, cfg Config, access *component.MetricsAccess, specs Specs, cert *servingCert) (*httpsServer, error) {
 	reg := component.NewMetricsRegistry()
 	reviewer := NewReviewer(cfg.Rules, specs, metrics.NewWebhookMetrics(reg))
 	srv, err := serveHTTPS(ctx, cfg.Address, w.drainer.wrap(reviewer.Handler(ctx)), cert.GetCertificate)
@@ -172,7 +175,7 @@ func (w *Webhook) serve(ctx context.Context, cfg Config, specs Specs, cert *serv
 	}
 	w.Addr = srv.addr
 	if w.HealthAddr, err = w.health.Serve(ctx, cfg.HealthAddress); err == nil {
-		w.MetricsAddr, err = component.ServeMetrics(ctx, cfg.MetricsAddress, reg)
+		w.MetricsAddr, err = component.ServeMetrics(ctx, cfg.MetricsAddress, reg, access)
 	}
 	if err != nil {
 		return nil, errors.Join(err, srv.shutdown(time.Second))

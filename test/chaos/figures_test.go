@@ -4,11 +4,11 @@ package chaos
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +48,10 @@ func (f figures) String() string {
 	return fmt.Sprintf("RSS %.1f MiB (heap %.1f MiB), %d goroutines, %d fds", f.rss/(1<<20), f.heap/(1<<20), f.goroutines, f.fds)
 }
 
+// scraper reads the plugin's /metrics as a Prometheus bound to the chart's metrics-reader role
+// would (HTTPS, a token allowed to get /metrics; the chart's default metrics.auth).
+var scraper *cluster.MetricsScraper
+
 // figuresOf scrapes the plugin pod's /metrics.
 func (s *suite) figuresOf(ctx context.Context, p *corev1.Pod) (figures, error) {
 	f := figures{pod: p.Name}
@@ -59,19 +63,11 @@ func (s *suite) figuresOf(ctx context.Context, p *corev1.Pod) (figures, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(p.Status.PodIP, metricsPort)+"/metrics", nil)
+	body, err := scraper.Get(ctx, net.JoinHostPort(p.Status.PodIP, metricsPort))
 	if err != nil {
 		return f, fmt.Errorf("scrape the plugin's metrics: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return f, fmt.Errorf("scrape the plugin's metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return f, fmt.Errorf("scrape the plugin's metrics: %s", resp.Status)
-	}
-	values, err := parseMetrics(resp.Body)
+	values, err := parseMetrics(bytes.NewReader(body))
 	if err != nil {
 		return f, err
 	}

@@ -60,6 +60,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(2)
 	}
+	scraper = c.MetricsScraper()
 	code := m.Run()
 	// No chaos pod goes over its limits: the enforcer must not have acted on any of them,
 	// through every fault (plugin kills and restarts included).

@@ -17,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	metaac "k8s.io/client-go/applyconfigurations/meta/v1"
 	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/client-go/kubernetes"
@@ -120,7 +121,7 @@ func applyStatusAs(t *testing.T, node string, claim *resourceapi.ResourceClaim, 
 // checkStatusWriters: the plugin's identity may write the device status of a claim allocated on
 // its node, for its own pool; bound to another node it may not (Kubernetes' associated-node
 // check of rbac.yaml), and an entry of another pool is refused by the chart's policy even on a
-// claim allocated on its node.
+// claim allocated on its node, as is the removal of another pool's entry.
 func checkStatusWriters(t *testing.T, claim *resourceapi.ResourceClaim, node string) {
 	ctx := context.Background()
 	c, err := kube.ResourceV1().ResourceClaims(featNS).Get(ctx, claim.Name, metav1.GetOptions{})
@@ -157,6 +158,24 @@ func checkStatusWriters(t *testing.T, claim *resourceapi.ResourceClaim, node str
 		t.Errorf("an entry of pool %s written by the plugin of %s: %v, want the policy's refusal", other, node, err)
 	}
 	t.Logf("an entry of another pool: %v", err)
+
+	// An entry of that other pool already on the claim (written here by the administrator, as
+	// that pool's plugin would): the plugin of node may not remove it either. A merge patch, the
+	// one write of the status its RBAC allows besides apply.
+	if forged, err = kube.ResourceV1().ResourceClaims(featNS).Get(ctx, forged.Name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	forged.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: driverName, Pool: other, Device: "gpu-0",
+		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Prepared", Message: "e2e", LastTransitionTime: metav1.Now()}}}}
+	if _, err := kube.ResourceV1().ResourceClaims(featNS).UpdateStatus(ctx, forged, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("write pool %s's entry of the forged claim: %v", other, err)
+	}
+	_, err = pluginIdentity(t, node).ResourceV1().ResourceClaims(featNS).Patch(ctx, forged.Name, types.MergePatchType,
+		[]byte(`{"status":{"devices":null}}`), metav1.PatchOptions{FieldManager: "e2e-as-plugin", DryRun: []string{metav1.DryRunAll}}, "status")
+	if err == nil || !strings.Contains(err.Error(), "may not change or remove the device status that another node's plugin or another driver wrote") {
+		t.Errorf("pool %s's entry removed by the plugin of %s: %v, want the policy's refusal", other, node, err)
+	}
+	t.Logf("another pool's entry removed: %v", err)
 }
 
 func mustUnmarshal(t *testing.T, b []byte, into any) {
@@ -180,9 +199,10 @@ func cleanupFeatures(t *testing.T) {
 		return err == nil && len(l.Items) == 0, err
 	})
 	claims := kube.ResourceV1().ResourceClaims(featNS)
-	// The forged claim was allocated by hand: take its allocation back so its finalizer can go.
+	// The forged claim was allocated by hand: take its allocation back, and the device status
+	// that must match it, so its finalizer can go.
 	if c, err := claims.Get(ctx, "forged-pool", metav1.GetOptions{}); err == nil && c.Status.Allocation != nil {
-		c.Status.Allocation = nil
+		c.Status.Allocation, c.Status.Devices = nil, nil
 		if _, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
 			t.Errorf("deallocate the forged claim: %v", err)
 		}

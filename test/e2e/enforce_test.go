@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -99,7 +100,7 @@ func TestEnforcer(t *testing.T) {
 			t.Errorf("pod %s: %v %v; the container's other processes (its init) are not the enforcer's to kill", name, p.Status.Phase, err)
 		}
 	}
-	m, err := scrapeMetrics("http://" + pluginPodIP(t) + ":8080/metrics")
+	m, err := scrapeMetrics(net.JoinHostPort(pluginPodIP(t), "8080"))
 	if err != nil {
 		t.Fatalf("plugin metrics: %v", err)
 	}

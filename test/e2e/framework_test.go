@@ -49,6 +49,9 @@ var (
 	binDir   string // _output/cluster/bin: kubectl, helm
 	// restConfig is the admin kubeconfig's, without client-side rate limits (benchmarks).
 	restConfig *rest.Config
+	// scraper reads the binaries' /metrics (HTTPS, a token allowed to get /metrics) as the
+	// Prometheus the chart's metrics.readers binds would.
+	scraper *cluster.MetricsScraper
 )
 
 func TestMain(m *testing.M) {
@@ -58,6 +61,7 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	kube, repoRoot, binDir, restConfig = c.Kube, c.RepoRoot, c.BinDir, c.RestConfig
+	scraper = c.MetricsScraper()
 	code := m.Run()
 	if code == 0 {
 		if err := c.CheckNoFalsePositives(misbehaving); err != nil {

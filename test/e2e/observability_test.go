@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +23,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/clusterview"
@@ -65,7 +70,7 @@ func TestObservability(t *testing.T) {
 		})
 		pids[s.name] = pidLines(execIn(t, s.name, "cat /etc/vgpu-dra/config/pids.config"))
 	}
-	metricsURL := "http://" + net.JoinHostPort(pluginPodIP(t), "8080") + "/metrics"
+	metricsTarget := net.JoinHostPort(pluginPodIP(t), "8080")
 
 	t.Run("metrics-show-both-containers", func(t *testing.T) {
 		uuid := gpuUUID(t)
@@ -82,7 +87,7 @@ func TestObservability(t *testing.T) {
 			}
 			labels := map[string]string{"namespace": testNS, "pod": s.name, "container": "app", "claim": s.name, "gpu_uuid": uuid}
 			eventually(t, defaultTimeout, s.name+"'s series on /metrics", func() (bool, error) {
-				m, err := scrapeMetrics(metricsURL)
+				m, err := scrapeMetrics(metricsTarget)
 				if err != nil {
 					return false, err
 				}
@@ -94,7 +99,7 @@ func TestObservability(t *testing.T) {
 				return true, nil
 			})
 		}
-		m, err := scrapeMetrics(metricsURL)
+		m, err := scrapeMetrics(metricsTarget)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,8 +144,12 @@ func TestObservability(t *testing.T) {
 		}
 	})
 
+	t.Run("metrics-only-for-a-permitted-token", func(t *testing.T) {
+		checkMetricsRefused(t, metricsTarget)
+	})
+
 	t.Run("prometheus-fires-the-near-limit-alert", func(t *testing.T) {
-		prom := startPrometheus(t, strings.TrimPrefix(strings.TrimSuffix(metricsURL, "/metrics"), "http://"))
+		prom := startPrometheus(t, metricsTarget)
 		start := time.Now()
 		// The rule holds for 1 minute before it fires: a limit that covers it, the scrapes and
 		// the evaluations around it.
@@ -171,7 +180,7 @@ func TestObservability(t *testing.T) {
 			deletePod(t, s.name)
 		}
 		eventually(t, defaultTimeout, "the containers' series gone from /metrics", func() (bool, error) {
-			m, err := scrapeMetrics(metricsURL)
+			m, err := scrapeMetrics(metricsTarget)
 			if err != nil {
 				return false, err
 			}
@@ -247,16 +256,58 @@ func gpuUUID(t *testing.T) string {
 	return *list.Items[0].Spec.Devices[0].Attributes["uuid"].StringValue
 }
 
-// scrapeMetrics reads a /metrics endpoint as Prometheus does.
-func scrapeMetrics(url string) (map[string]*dto.MetricFamily, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
+// checkMetricsRefused: the plugin's /metrics (metrics.auth delegated, the chart's default)
+// answers 401 without a token and 403 to the token of a service account that is not bound to
+// <release>-metrics-reader: the plugin reviews tokens and access through the API server with the
+// chart's RBAC (contract §8).
+func checkMetricsRefused(t *testing.T, hostPort string) {
+	ctx := context.Background()
+	sas := kube.CoreV1().ServiceAccounts(testNS)
+	const stranger = "metrics-stranger"
+	if _, err := sas.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: stranger}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tr, err := sas.CreateToken(ctx, stranger, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for _, tc := range []struct {
+		who, token string
+		want       int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		{"service account " + testNS + "/" + stranger, tr.Status.Token, http.StatusForbidden},
+	} {
+		req, err := http.NewRequest(http.MethodGet, "https://"+hostPort+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Errorf("/metrics as %s: %v", tc.who, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("/metrics as %s: %s %s, want %d", tc.who, resp.Status, body, tc.want)
+		}
+	}
+}
+
+// scrapeMetrics reads the /metrics endpoint at hostPort as Prometheus does (scraper: HTTPS, a
+// token allowed to get /metrics).
+func scrapeMetrics(hostPort string) (map[string]*dto.MetricFamily, error) {
+	body, err := scraper.Get(context.Background(), hostPort)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	return parser.TextToMetricFamilies(resp.Body)
+	return parser.TextToMetricFamilies(bytes.NewReader(body))
 }
 
 // seriesValue is the value of the series of name whose labels include want.
@@ -288,6 +339,8 @@ type promAlert struct {
 
 // startPrometheus runs /usr/bin/prometheus scraping target every second with the chart's rule
 // file, evaluated every second, and stops it when the test ends (SIGTERM, SIGKILL after 10 s).
+// It scrapes as the chart's README says to: HTTPS without verifying the self-signed
+// certificate, with the token of a service account bound to <release>-metrics-reader.
 func startPrometheus(t *testing.T, target string) *prometheus {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
@@ -297,7 +350,17 @@ func startPrometheus(t *testing.T, target string) *prometheus {
 	dir := t.TempDir()
 	port := freePort(t)
 	rules := filepath.Join(repoRoot, "deployments", "helm", "vgpu-dra", "files", "alerts.yaml")
-	config := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - %s\nscrape_configs:\n  - job_name: vgpu-dra\n    static_configs:\n      - targets: [%q]\n", rules, target)
+	token, err := scraper.Token(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - %s\nscrape_configs:\n  - job_name: vgpu-dra\n"+
+		"    scheme: https\n    tls_config: {insecure_skip_verify: true}\n    authorization: {credentials_file: %q}\n"+
+		"    static_configs:\n      - targets: [%q]\n", rules, tokenFile, target)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,10 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -214,14 +213,13 @@ func pluginImage(t *testing.T) string {
 func pluginMetric(t *testing.T, name string) string {
 	t.Helper()
 	p := livePluginPod(t)
-	resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, "8080") + "/metrics")
+	body, err := scraper.Get(context.Background(), net.JoinHostPort(p.Status.PodIP, "8080"))
 	if err != nil {
 		t.Errorf("plugin metrics: %v", err)
 		return "?"
 	}
-	defer resp.Body.Close()
 	var count, sum string
-	sc := bufio.NewScanner(io.LimitReader(resp.Body, 8<<20))
+	sc := bufio.NewScanner(bytes.NewReader(body))
 	for sc.Scan() {
 		line := sc.Text()
 		switch {

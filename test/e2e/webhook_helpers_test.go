@@ -9,9 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -132,12 +130,10 @@ func webhookMetrics(t testing.TB) string {
 	t.Helper()
 	var all strings.Builder
 	for _, p := range webhookPods(t) {
-		resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, "8080") + "/metrics")
+		b, err := scraper.Get(context.Background(), net.JoinHostPort(p.Status.PodIP, "8080"))
 		if err != nil {
 			t.Fatalf("metrics of %s: %v", p.Name, err)
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
 		all.Write(b)
 	}
 	return all.String()

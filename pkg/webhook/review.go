@@ -191,8 +191,12 @@ func (r *Reviewer) mutatePod(ctx context.Context, req *admissionv1.AdmissionRequ
 	}
 	set, err := requiredPluginsAnnotations(pod, uses, r.rules.RequiredPlugin)
 	var ae *annotationError
-	if errors.As(err, &ae) {
+	var ne *containerNameError
+	switch {
+	case errors.As(err, &ae):
 		return outcome{violations: []Violation{{ReasonInvalidAnnotation, ae.Error()}}}
+	case errors.As(err, &ne):
+		return outcome{violations: []Violation{{ReasonContainerName, ne.Error()}}}
 	}
 	if err != nil {
 		return outcome{err: err}

@@ -71,29 +71,33 @@ type outcome struct {
 // review decides about one request of a known kind.
 type review func(ctx context.Context, req *admissionv1.AdmissionRequest) outcome
 
-// Handler serves the four webhook paths.
+// route is one webhook path: what it reviews and how, on CREATE and on UPDATE (nil: admitted
+// unchecked).
+type route struct {
+	path, webhook, kind string
+	create, update      review
+}
+
+// Handler serves the webhook paths.
 func (r *Reviewer) Handler(ctx context.Context) http.Handler {
 	mux := http.NewServeMux()
-	routes := []struct {
-		path, webhook, kind string
-		review              review
-	}{
-		{PathMutatePods, metrics.WebhookMutating, "Pod", r.mutatePod},
-		{PathValidatePods, metrics.WebhookValidating, "Pod", r.validatePod},
-		{PathValidateClaims, metrics.WebhookValidating, "ResourceClaim", r.validateClaim},
-		{PathValidateClaimTemplates, metrics.WebhookValidating, "ResourceClaimTemplate", r.validateTemplate},
-	}
-	for _, rt := range routes {
+	for _, rt := range []route{
+		{PathMutatePods, metrics.WebhookMutating, "Pod", r.mutatePod, nil},
+		{PathValidatePods, metrics.WebhookValidating, "Pod", r.validatePod, r.updatePod},
+		{PathValidateClaims, metrics.WebhookValidating, "ResourceClaim", r.validateClaim, nil},
+		{PathValidateClaimTemplates, metrics.WebhookValidating, "ResourceClaimTemplate", r.validateTemplate, nil},
+	} {
 		logger := klog.FromContext(ctx).WithValues("webhook", rt.webhook, "kind", rt.kind)
 		mux.HandleFunc("POST "+rt.path, func(w http.ResponseWriter, req *http.Request) {
-			r.serve(klog.NewContext(req.Context(), logger), w, req, rt.webhook, rt.kind, rt.review)
+			r.serve(klog.NewContext(req.Context(), logger), w, req, rt)
 		})
 	}
 	return mux
 }
 
 // serve reads one AdmissionReview, runs the review, and writes the answer.
-func (r *Reviewer) serve(ctx context.Context, w http.ResponseWriter, httpReq *http.Request, webhook, kind string, rv review) {
+func (r *Reviewer) serve(ctx context.Context, w http.ResponseWriter, httpReq *http.Request, rt route) {
+	webhook, kind := rt.webhook, rt.kind
 	start := time.Now()
 	logger := klog.FromContext(ctx)
 	body, err := io.ReadAll(http.MaxBytesReader(w, httpReq.Body, maxReviewBytes))
@@ -118,13 +122,14 @@ func (r *Reviewer) serve(ctx context.Context, w http.ResponseWriter, httpReq *ht
 	switch {
 	case req.Kind.Kind != kind:
 		out.err = fmt.Errorf("this webhook reviews %s objects, not %s: check the webhook configuration's rules", kind, req.Kind.Kind)
-	case req.Operation == admissionv1.Update && req.SubResource == "ephemeralcontainers":
-		out = rv(ctx, req) // an ephemeral container joins a running pod (validatePod)
-	case req.Operation != admissionv1.Create:
-		// Everything the rules look at is immutable after creation (pod spec claims, env;
-		// claim and template specs): nothing to check on other operations.
+	case req.Operation == admissionv1.Create:
+		out = rt.create(ctx, req)
+	case req.Operation == admissionv1.Update && rt.update != nil:
+		// A pod's annotations, and its ephemeral containers, change after creation (updatePod).
+		out = rt.update(ctx, req)
 	default:
-		out = rv(ctx, req)
+		// The rest of what the rules look at is immutable after creation (pod spec claims,
+		// env; claim and template specs): nothing to check on other operations.
 	}
 	resp, decision := r.respond(req, out)
 	r.metrics.Admissions.WithLabelValues(webhook, kind, decision).Inc()

@@ -58,6 +58,7 @@ func TestConfig(t *testing.T) {
 		{[]string{"--tls-secret=only-a-name"}, "--tls-secret as <namespace>/<name>"},
 		{[]string{"--tls-mode=magic"}, `--tls-mode "magic"`},
 		{append(selfManaged, "--device-class="), "--device-class must not be empty"},
+		{append(selfManaged, "--max-missing-claim-waits=0"), "--max-missing-claim-waits 0: want at least 1"},
 	} {
 		f := parse(t, tt.args...)
 		if _, err := f.config(); err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -148,7 +148,8 @@ func TestMissingClaim(t *testing.T) {
 	}
 	msg := err.Error()
 	for _, want := range []string{`pod claim "gone" names ResourceClaim "ns/nope"`, `"app", "side"`,
-		`pod claim "tgone" names ResourceClaimTemplate "ns/nope"`, "create the ResourceClaimTemplate before the pod"} {
+		`pod claim "tgone" names ResourceClaimTemplate "ns/nope"`, "create the ResourceClaimTemplate before the pod",
+		"Helm creates ResourceClaims and ResourceClaimTemplates after Pods", "Deployment, StatefulSet or Job", "pre-install hook"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q lacks %q", msg, want)
 		}

@@ -120,6 +120,7 @@ func (f *flags) config() (webhook.Config, error) {
 	if c.MaxMissingClaimWaits < 1 {
 		return c, fmt.Errorf("--max-missing-claim-waits %d: want at least 1 (--missing-claim-wait=0 turns the wait off)", c.MaxMissingClaimWaits)
 	}
+	c.Rules.Driver = f.driverName
 	c.Rules.UUIDAttribute = f.driverName + "/" + contract.AttributeUUID
 	if f.common.Enabled(featuregates.NRISupport) {
 		c.Rules.RequiredPlugin = f.driverName

@@ -34,7 +34,7 @@ func TestConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := cfg.Rules
-	if r.DeviceClass != "vgpu.dra.dev" || r.ExtendedResource != "vgpu.dra.dev/vgpu" || r.UUIDAttribute != "vgpu.dra.dev/uuid" || r.RequiredPlugin != "vgpu.dra.dev" {
+	if r.DeviceClass != "vgpu.dra.dev" || r.Driver != "vgpu.dra.dev" || r.ExtendedResource != "vgpu.dra.dev/vgpu" || r.UUIDAttribute != "vgpu.dra.dev/uuid" || r.RequiredPlugin != "vgpu.dra.dev" {
 		t.Errorf("rules from the defaults: %+v", r)
 	}
 	if cfg.Rotator == nil || cfg.Rotator.SecretNamespace != "vgpu-dra" || cfg.Rotator.SecretName != "vgpu-dra-webhook-tls" {

@@ -27,6 +27,7 @@ const (
 	PathValidatePods           = "/validate/pods"
 	PathValidateClaims         = "/validate/resourceclaims"
 	PathValidateClaimTemplates = "/validate/resourceclaimtemplates"
+	PathValidateDeviceClasses  = "/validate/deviceclasses"
 )
 
 // maxReviewBytes bounds a request body: an object is at most ~1.5 MiB in etcd, and a review
@@ -37,6 +38,8 @@ const maxReviewBytes = 8 << 20
 // constraint must name, and the NRI plugin containers must require.
 type Rules struct {
 	Selection
+	// Driver is the DRA driver name ("vgpu.dra.dev"): no DeviceClass but ours may select it.
+	Driver string
 	// UUIDAttribute is the GPU UUID attribute qualified with the driver name ("vgpu.dra.dev/uuid").
 	UUIDAttribute string
 	// RequiredPlugin is the NRI plugin name the annotation requires (the driver name); empty when
@@ -46,7 +49,7 @@ type Rules struct {
 	ContainerPolicy ContainerPolicy
 }
 
-// Reviewer answers the AdmissionReviews of the four webhooks.
+// Reviewer answers the AdmissionReviews of the webhooks.
 type Reviewer struct {
 	rules   Rules
 	specs   Specs
@@ -86,6 +89,7 @@ func (r *Reviewer) Handler(ctx context.Context) http.Handler {
 		{PathValidatePods, metrics.WebhookValidating, "Pod", r.validatePod, r.updatePod},
 		{PathValidateClaims, metrics.WebhookValidating, "ResourceClaim", r.validateClaim, nil},
 		{PathValidateClaimTemplates, metrics.WebhookValidating, "ResourceClaimTemplate", r.validateTemplate, nil},
+		{PathValidateDeviceClasses, metrics.WebhookValidating, "DeviceClass", r.validateDeviceClass, r.validateDeviceClass},
 	} {
 		logger := klog.FromContext(ctx).WithValues("webhook", rt.webhook, "kind", rt.kind)
 		mux.HandleFunc("POST "+rt.path, func(w http.ResponseWriter, req *http.Request) {

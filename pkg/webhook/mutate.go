@@ -64,7 +64,7 @@ func requiredPluginsAnnotations(pod *corev1.Pod, uses []containerUse, plugin str
 	}
 	set := map[string]string{}
 	for _, u := range uses {
-		key := contract.RequiredPluginsAnnotationPrefix + u.container.Name
+		key := annotationKey(u.container.Name)
 		from, value, ok := effectiveAnnotation(pod.Annotations, u.container.Name)
 		var list []string
 		if ok {
@@ -85,6 +85,11 @@ func requiredPluginsAnnotations(pod *corev1.Pod, uses []containerUse, plugin str
 		set[key] = string(b)
 	}
 	return set, nil
+}
+
+// annotationKey is the container's required-plugins key.
+func annotationKey(container string) string {
+	return contract.RequiredPluginsAnnotationPrefix + container
 }
 
 // effectiveAnnotation returns the required-plugins annotation that containerd applies to the

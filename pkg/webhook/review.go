@@ -53,12 +53,14 @@ type Rules struct {
 type Reviewer struct {
 	rules   Rules
 	specs   Specs
+	pods    Pods
 	metrics *metrics.WebhookMetrics
 }
 
-// NewReviewer returns a Reviewer that looks claims up in specs and counts in m.
-func NewReviewer(rules Rules, specs Specs, m *metrics.WebhookMetrics) *Reviewer {
-	return &Reviewer{rules: rules, specs: specs, metrics: m}
+// NewReviewer returns a Reviewer that looks claims up in specs, the pods a new claim is for in
+// pods (nil: a new claim is not checked against them), and counts in m.
+func NewReviewer(rules Rules, specs Specs, pods Pods, m *metrics.WebhookMetrics) *Reviewer {
+	return &Reviewer{rules: rules, specs: specs, pods: pods, metrics: m}
 }
 
 // outcome is what a review decided.
@@ -249,13 +251,19 @@ func (r *Reviewer) decodePodUses(ctx context.Context, req *admissionv1.Admission
 	return &pod, uses, nil
 }
 
-// validateClaim applies the capacity rules to a ResourceClaim.
-func (r *Reviewer) validateClaim(_ context.Context, req *admissionv1.AdmissionRequest) outcome {
+// validateClaim applies the capacity rules to a ResourceClaim, and the pod rules to the pods
+// already admitted that will use it (recheck.go).
+func (r *Reviewer) validateClaim(ctx context.Context, req *admissionv1.AdmissionRequest) outcome {
 	var c resourceapi.ResourceClaim
 	if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
 		return outcome{err: fmt.Errorf("decode the ResourceClaim: %w", err)}
 	}
-	return outcome{violations: claimRules(&c.Spec, r.rules.Selection, "ResourceClaim "+objectName(req.Namespace, c.ObjectMeta))}
+	vs := claimRules(&c.Spec, r.rules.Selection, "ResourceClaim "+objectName(req.Namespace, c.ObjectMeta))
+	more, err := r.recheckPods(ctx, req.Namespace, &c)
+	if err != nil {
+		return outcome{err: fmt.Errorf("check the pods that will use ResourceClaim %s: %w", objectName(req.Namespace, c.ObjectMeta), err)}
+	}
+	return outcome{violations: append(vs, more...)}
 }
 
 // validateTemplate applies the capacity rules to a ResourceClaimTemplate.

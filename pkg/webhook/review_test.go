@@ -51,5 +51,5 @@ func admit(t *testing.T, rv *Reviewer, path string, a admission) *admissionv1.Ad
 
 // newTestReviewer reviews with rules against specs, counting into a registry of its own.
 func newTestReviewer(rules Rules, specs Specs) *Reviewer {
-	return NewReviewer(rules, specs, metrics.NewWebhookMetrics(component.NewMetricsRegistry()))
+	return NewReviewer(rules, specs, nil, metrics.NewWebhookMetrics(component.NewMetricsRegistry()))
 }

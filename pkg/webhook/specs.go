@@ -110,6 +110,9 @@ func waitFor(ctx context.Context, s *CacheSpecs, get func() (*resourceapi.Resour
 			return spec, err
 		}
 		if deadline == nil {
+			if ctx.Value(noWaitKey{}) != nil {
+				return nil, ErrNotFound
+			}
 			select {
 			case s.waits <- struct{}{}:
 				defer func() { <-s.waits }()
@@ -129,6 +132,15 @@ func waitFor(ctx context.Context, s *CacheSpecs, get func() (*resourceapi.Resour
 			return nil, fmt.Errorf("waiting for the object to reach the cache: %w", context.Cause(ctx))
 		}
 	}
+}
+
+// noWaitKey marks a context whose lookups do not wait for a missing object.
+type noWaitKey struct{}
+
+// withoutWait returns ctx with lookups that answer at once: for pods already admitted, whose
+// claims are not being created right now.
+func withoutWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noWaitKey{}, true)
 }
 
 // broadcast wakes every waiter when a cache adds an object.

@@ -137,7 +137,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Webhook, error) {
 		fatal = self.start(serveCtx)
 	}
 	go cert.watch(klog.NewContext(serveCtx, logger.WithName("tls")))
-	srv, err := w.serve(serveCtx, cfg, specs, cert)
+	srv, err := w.serve(serveCtx, cfg, specs, apiPods{client: deps.KubeClient}, cert)
 	if err != nil {
 		stopServing()
 		return nil, err
@@ -172,9 +172,9 @@ func (w *Webhook) addReadinessChecks(specs *CacheSpecs, cert *servingCert, self 
 }
 
 // serve starts the admission, health and metrics servers.
-func (w *Webhook) serve(ctx context.Context, cfg Config, specs Specs, cert *servingCert) (*httpsServer, error) {
+func (w *Webhook) serve(ctx context.Context, cfg Config, specs Specs, pods Pods, cert *servingCert) (*httpsServer, error) {
 	reg := component.NewMetricsRegistry()
-	reviewer := NewReviewer(cfg.Rules, specs, metrics.NewWebhookMetrics(reg))
+	reviewer := NewReviewer(cfg.Rules, specs, pods, metrics.NewWebhookMetrics(reg))
 	srv, err := serveHTTPS(ctx, cfg.Address, w.drainer.wrap(reviewer.Handler(ctx)), cert.GetCertificate)
 	if err != nil {
 		return nil, err

@@ -46,6 +46,14 @@ func TestConfig(t *testing.T) {
 		t.Errorf("NRISupport off: required plugin %q, uuid %q, %v", cfg.Rules.RequiredPlugin, cfg.Rules.UUIDAttribute, err)
 	}
 
+	if cfg.Rules.RefuseToolkitEnv {
+		t.Error("--refuse-nvidia-visible-devices is on by default")
+	}
+	f = parse(t, append(selfManaged, "--refuse-nvidia-visible-devices")...)
+	if cfg, err = f.config(); err != nil || !cfg.Rules.RefuseToolkitEnv {
+		t.Errorf("--refuse-nvidia-visible-devices: %+v, %v", cfg.Rules, err)
+	}
+
 	f = parse(t, "--tls-mode=files")
 	if cfg, err = f.config(); err != nil || cfg.Rotator != nil {
 		t.Errorf("files mode: %+v, %v", cfg.Rotator, err)

@@ -47,6 +47,9 @@ type Rules struct {
 	RequiredPlugin string
 	// ContainerPolicy is what a vGPU container must be (policy.go); PolicyAudit when empty.
 	ContainerPolicy ContainerPolicy
+	// RefuseToolkitEnv refuses NVIDIA_VISIBLE_DEVICES and its kin in the env of every
+	// unprivileged container of a pod (toolkitenv.go).
+	RefuseToolkitEnv bool
 }
 
 // Reviewer answers the AdmissionReviews of the webhooks.
@@ -222,12 +225,16 @@ func (r *Reviewer) validatePod(ctx context.Context, req *admissionv1.AdmissionRe
 		return *out
 	}
 	policy := cmp.Or(r.rules.ContainerPolicy, PolicyAudit)
+	var env []Violation
+	if r.rules.RefuseToolkitEnv {
+		env = toolkitEnvRules(pod)
+	}
 	if req.SubResource == "ephemeralcontainers" {
 		refusals, warnings := ephemeralRules(policy, pod, uses)
-		return outcome{violations: refusals, warnings: warnings}
+		return outcome{violations: append(refusals, env...), warnings: warnings}
 	}
 	refusals, warnings := policyRules(policy, pod, uses)
-	return outcome{violations: append(podRules(uses, r.rules.UUIDAttribute), refusals...), warnings: warnings}
+	return outcome{violations: slices.Concat(podRules(uses, r.rules.UUIDAttribute), refusals, env), warnings: warnings}
 }
 
 // decodePodUses decodes the pod and finds its vGPU containers; a non-nil outcome ends the review.

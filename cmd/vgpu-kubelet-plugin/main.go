@@ -22,6 +22,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
 	"github.com/vgpu-dra/vgpu-dra/pkg/plugin"
+	"github.com/vgpu-dra/vgpu-dra/pkg/toolkitconfig"
 	"github.com/vgpu-dra/vgpu-dra/pkg/usage"
 )
 
@@ -111,6 +112,7 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&f.claimFSSize, "claim-fs-size", resource.NewQuantity(plugin.DefaultClaimFSBytes, resource.BinarySI).String(),
 		"Size of the tmpfs each claim's directories live on: the hard bound on what a claim's containers can write into /tmp/.vgpu_lock and /tmp/.vmem_node (charged to their memory limits, never the node's disk). 0 keeps them on the state directory's file system without a bound.")
 	fs.StringVar(&f.gpuInjection, "gpu-injection", string(cdi.InjectionCDI), "How the GPU itself reaches containers: cdi (the NVIDIA Container Toolkit's CDI device), env (NVIDIA_VISIBLE_DEVICES) or none.")
+	fs.StringVar(&c.ToolkitConfig, "toolkit-config", toolkitconfig.DefaultPath, "The NVIDIA Container Toolkit's config.toml, as this process sees it: with --gpu-injection=env, read at start-up to warn when the toolkit honours NVIDIA_VISIBLE_DEVICES from unprivileged containers (any pod can then ask for GPUs) or ignores it there (vGPU containers then get none); a missing file is one info line; empty: not read.")
 	fs.StringVar(&c.GPUCDIKind, "gpu-cdi-kind", contract.DefaultGPUCDIKind, "CDI kind of the NVIDIA Container Toolkit's per-GPU devices; empty for none (simulated GPUs).")
 	fs.StringVar(&c.NRISocket, "nri-socket", nri.DefaultSocket, "The container runtime's NRI socket (feature gate NRISupport).")
 	fs.StringVar(&c.NRIPluginIndex, "nri-plugin-index", nri.DefaultPluginIndex, "NRI plugin index, two digits; the runtime sees <index>-<driver name>.")

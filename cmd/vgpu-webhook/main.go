@@ -105,7 +105,9 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&f.rotator.MutatingConfiguration, "mutating-webhook-configuration", "", "Self-managed mode: the MutatingWebhookConfiguration whose caBundle the rotator keeps.")
 	fs.StringVar(&f.rotator.ValidatingConfiguration, "validating-webhook-configuration", "", "Self-managed mode: the ValidatingWebhookConfiguration whose caBundle the rotator keeps.")
 	fs.StringVar(&f.containerPolicy, "container-policy", string(webhook.PolicyAudit), "What a vGPU container must be: audit (admit, warn about root on a writable root file system), require-readonly-root or require-non-root (refuse the others, and ephemeral containers in vGPU pods); defence in depth, the wall is the node's enforcer.")
+	fs.BoolVar(&c.Rules.RefuseToolkitEnv, "refuse-nvidia-visible-devices", false, "Refuse NVIDIA_VISIBLE_DEVICES (and NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES, NVIDIA_IMEX_CHANNELS) set to anything but void or none in the env of any unprivileged container of a reviewed pod: where the NVIDIA Container Toolkit honours it from unprivileged containers (which --gpu-injection=env needs), it would give GPUs outside any claim. Only reviewed namespaces; envFrom and image env are not seen.")
 	fs.DurationVar(&c.MissingClaimWait, "missing-claim-wait", webhook.DefaultMissingClaimWait, "How long a review waits for a ResourceClaim or template that its cache has not seen (a claim created just before its pod); keep it under the webhooks' timeoutSeconds.")
+	fs.IntVar(&c.MaxMissingClaimWaits, "max-missing-claim-waits", webhook.DefaultMaxMissingClaimWaits, "Most reviews that wait for a missing claim at once; beyond it a review answers at once, as if its wait had ended (the pod is refused, missing_claim).")
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", webhook.DefaultShutdownDelay, "After SIGTERM, how long the webhook keeps answering, unready, while its endpoints are withdrawn.")
 	common.AddFlags(fs)
 	return f, nil
@@ -120,6 +122,10 @@ func (f *flags) config() (webhook.Config, error) {
 		return c, fmt.Errorf("--container-policy: %w", err)
 	}
 	c.Rules.ContainerPolicy = policy
+	if c.MaxMissingClaimWaits < 1 {
+		return c, fmt.Errorf("--max-missing-claim-waits %d: want at least 1 (--missing-claim-wait=0 turns the wait off)", c.MaxMissingClaimWaits)
+	}
+	c.Rules.Driver = f.driverName
 	c.Rules.UUIDAttribute = f.driverName + "/" + contract.AttributeUUID
 	if f.common.Enabled(featuregates.NRISupport) {
 		c.Rules.RequiredPlugin = f.driverName

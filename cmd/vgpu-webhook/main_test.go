@@ -34,7 +34,7 @@ func TestConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := cfg.Rules
-	if r.DeviceClass != "vgpu.dra.dev" || r.ExtendedResource != "vgpu.dra.dev/vgpu" || r.UUIDAttribute != "vgpu.dra.dev/uuid" || r.RequiredPlugin != "vgpu.dra.dev" {
+	if r.DeviceClass != "vgpu.dra.dev" || r.Driver != "vgpu.dra.dev" || r.ExtendedResource != "vgpu.dra.dev/vgpu" || r.UUIDAttribute != "vgpu.dra.dev/uuid" || r.RequiredPlugin != "vgpu.dra.dev" {
 		t.Errorf("rules from the defaults: %+v", r)
 	}
 	if cfg.Rotator == nil || cfg.Rotator.SecretNamespace != "vgpu-dra" || cfg.Rotator.SecretName != "vgpu-dra-webhook-tls" {
@@ -44,6 +44,14 @@ func TestConfig(t *testing.T) {
 	f = parse(t, append(selfManaged, "--feature-gates=NRISupport=false", "--driver-name=gpu.example.com")...)
 	if cfg, err = f.config(); err != nil || cfg.Rules.RequiredPlugin != "" || cfg.Rules.UUIDAttribute != "gpu.example.com/uuid" {
 		t.Errorf("NRISupport off: required plugin %q, uuid %q, %v", cfg.Rules.RequiredPlugin, cfg.Rules.UUIDAttribute, err)
+	}
+
+	if cfg.Rules.RefuseToolkitEnv {
+		t.Error("--refuse-nvidia-visible-devices is on by default")
+	}
+	f = parse(t, append(selfManaged, "--refuse-nvidia-visible-devices")...)
+	if cfg, err = f.config(); err != nil || !cfg.Rules.RefuseToolkitEnv {
+		t.Errorf("--refuse-nvidia-visible-devices: %+v, %v", cfg.Rules, err)
 	}
 
 	f = parse(t, "--tls-mode=files")
@@ -58,6 +66,7 @@ func TestConfig(t *testing.T) {
 		{[]string{"--tls-secret=only-a-name"}, "--tls-secret as <namespace>/<name>"},
 		{[]string{"--tls-mode=magic"}, `--tls-mode "magic"`},
 		{append(selfManaged, "--device-class="), "--device-class must not be empty"},
+		{append(selfManaged, "--max-missing-claim-waits=0"), "--max-missing-claim-waits 0: want at least 1"},
 	} {
 		f := parse(t, tt.args...)
 		if _, err := f.config(); err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -57,6 +57,9 @@ type Config struct {
 	ClaimFSBytes int64
 	GPUInjection cdi.Injection
 	GPUCDIKind   string
+	// ToolkitConfig is the NVIDIA Container Toolkit's config.toml (--toolkit-config), read at
+	// start-up with GPUInjection env (toolkit.go); empty: not read.
+	ToolkitConfig string
 	// HealthAddress serves grpc.health.v1 (e.g. ":51515"); empty disables it.
 	HealthAddress string
 	// MetricsAddress serves /metrics; empty disables it.

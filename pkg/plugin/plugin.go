@@ -198,6 +198,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		return nil, fmt.Errorf("list GPUs: %w", err)
 	}
 	logger.Info("GPU inventory", "source", cfg.DeviceSource, "gpus", len(p.devices))
+	checkToolkitConfig(logger, cfg)
 	if cfg.HandoverEnabled() {
 		if p.markers, err = handover.NewMarkers(cfg.DecisionMarkersDir()); err != nil {
 			return nil, err

@@ -7,7 +7,9 @@
 // library or the scheduler would otherwise refuse later or silently: a container with two vGPU
 // claims, or with several vGPU requests that could land on one GPU (contract §3); contract
 // variables in a vGPU container's env; capacity requests outside the published request policy
-// (contract §2).
+// (contract §2); a pod UPDATE that takes the required-plugins annotation away (guard.go); a
+// second DeviceClass that could select the driver's devices (classes.go); optionally, the NVIDIA
+// Container Toolkit's device variables in any container's env (toolkitenv.go).
 //
 // The parts, from the inside out:
 //   - uses.go: which containers of a pod use a vGPU, and through which claims and requests;

@@ -22,7 +22,7 @@ const (
 
 var testSelection = Selection{DeviceClass: testClass, ExtendedResource: testExtended}
 
-var testRules = Rules{Selection: testSelection, UUIDAttribute: testUUID, RequiredPlugin: testClass}
+var testRules = Rules{Selection: testSelection, Driver: testClass, UUIDAttribute: testUUID, RequiredPlugin: testClass}
 
 // fakeSpecs serves claim and template specs from maps keyed "ns/name".
 type fakeSpecs struct {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
@@ -31,19 +32,39 @@ func (e *annotationError) Error() string {
 		"write it as a JSON list such as [\"vgpu.dra.dev\"], or remove it", e.key, e.value, e.err)
 }
 
+// containerNameError says that a vGPU container's name is too long for its required-plugins
+// annotation key: the key's name part, "container.<name>", may have at most 63 characters, so the
+// API server would refuse the pod with a message about an annotation the user never wrote.
+type containerNameError struct {
+	describe, key, plugin string
+	problems              []string
+}
+
+func (e *containerNameError) Error() string {
+	return fmt.Sprintf("%s uses a vGPU, and its name is too long for the annotation that guards it: the key %q is not "+
+		"a valid annotation key (%s); give the container a name of at most %d characters, or annotate the pod "+
+		"with %s: '[%q]' (it then guards every container of the pod)",
+		e.describe, e.key, strings.Join(e.problems, "; "), maxGuardedContainerName, contract.RequiredPluginsPodAnnotation, e.plugin)
+}
+
+// maxGuardedContainerName is the longest container name whose container key is a valid
+// annotation key: 63 characters for "container.<name>".
+const maxGuardedContainerName = 63 - len("container.")
+
 // requiredPluginsAnnotations returns the annotations to set so that every container in uses
 // requires plugin (contract §1): key → value. containerd's default validator takes a container's
 // list from the first of its container key, the pod key and the bare key that is present, so a
 // container whose list already names the plugin is left alone, and one whose list does not gets
 // its container key set to that list plus the plugin: annotations already present keep their
-// effect. A list that does not parse is an *annotationError.
+// effect. A list that does not parse is an *annotationError; a container whose key would not be a
+// valid annotation key (a name over 53 characters) is a *containerNameError.
 func requiredPluginsAnnotations(pod *corev1.Pod, uses []containerUse, plugin string) (map[string]string, error) {
 	if plugin == "" {
 		return nil, nil
 	}
 	set := map[string]string{}
 	for _, u := range uses {
-		key := contract.RequiredPluginsAnnotationPrefix + u.container.Name
+		key := annotationKey(u.container.Name)
 		from, value, ok := effectiveAnnotation(pod.Annotations, u.container.Name)
 		var list []string
 		if ok {
@@ -54,6 +75,9 @@ func requiredPluginsAnnotations(pod *corev1.Pod, uses []containerUse, plugin str
 		if slices.Contains(list, plugin) {
 			continue
 		}
+		if problems := validation.IsQualifiedName(key); len(problems) > 0 {
+			return nil, &containerNameError{describe: u.describe(), key: key, plugin: plugin, problems: problems}
+		}
 		b, err := json.Marshal(append(list, plugin))
 		if err != nil {
 			return nil, fmt.Errorf("encode the required-plugins list of container %q: %w", u.container.Name, err)
@@ -61,6 +85,11 @@ func requiredPluginsAnnotations(pod *corev1.Pod, uses []containerUse, plugin str
 		set[key] = string(b)
 	}
 	return set, nil
+}
+
+// annotationKey is the container's required-plugins key.
+func annotationKey(container string) string {
+	return contract.RequiredPluginsAnnotationPrefix + container
 }
 
 // effectiveAnnotation returns the required-plugins annotation that containerd applies to the

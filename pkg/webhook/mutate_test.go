@@ -148,12 +148,49 @@ func TestMissingClaim(t *testing.T) {
 	}
 	msg := err.Error()
 	for _, want := range []string{`pod claim "gone" names ResourceClaim "ns/nope"`, `"app", "side"`,
-		`pod claim "tgone" names ResourceClaimTemplate "ns/nope"`, "create the ResourceClaimTemplate before the pod"} {
+		`pod claim "tgone" names ResourceClaimTemplate "ns/nope"`, "create the ResourceClaimTemplate before the pod",
+		"Helm creates ResourceClaims and ResourceClaimTemplates after Pods", "Deployment, StatefulSet or Job", "pre-install hook"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q lacks %q", msg, want)
 		}
 	}
 	if strings.Contains(msg, "unused") {
 		t.Errorf("an unreferenced pod claim was looked up: %q", msg)
+	}
+}
+
+// TestLongContainerName: a vGPU container whose name makes its annotation key invalid (over 53
+// characters) is refused by the mutating webhook with a message that names it and the fix,
+// instead of a patch the API server would refuse; the pod annotation that already guards it,
+// and a name of 53, pass.
+func TestLongContainerName(t *testing.T) {
+	rv := newTestReviewer(testRules, specsForMutation)
+	claims := []corev1.PodResourceClaim{podClaim("a", "vgpu", false)}
+	long := strings.Repeat("x", 54)
+	resp := admit(t, rv, PathMutatePods, admission{kind: "Pod", obj: pod(claims, container(long, "a"))})
+	if resp.Allowed || resp.Result == nil {
+		t.Fatalf("a vGPU container named with 54 characters: %+v", resp)
+	}
+	for _, want := range []string{`container "` + long + `" uses a vGPU`, "at most 53 characters",
+		`required-plugins.noderesource.dev/pod: '["vgpu.dra.dev"]'`} {
+		if !strings.Contains(resp.Result.Message, want) {
+			t.Errorf("message %q lacks %q", resp.Result.Message, want)
+		}
+	}
+
+	fits := strings.Repeat("x", 53)
+	if resp := admit(t, rv, PathMutatePods, admission{kind: "Pod", obj: pod(claims, container(fits, "a"))}); !resp.Allowed || resp.Patch == nil {
+		t.Errorf("a vGPU container named with 53 characters: %+v", resp.Result)
+	}
+	guarded := pod(claims, container(long, "a"))
+	guarded.Annotations = map[string]string{"required-plugins.noderesource.dev/pod": `["vgpu.dra.dev"]`}
+	if resp := admit(t, rv, PathMutatePods, admission{kind: "Pod", obj: guarded}); !resp.Allowed || resp.Patch != nil {
+		t.Errorf("a long-named container that the pod annotation guards: %+v", resp.Result)
+	}
+	if resp := admit(t, rv, PathMutatePods, admission{kind: "Pod", obj: pod(claims, container(long, "a"), container(strings.Repeat("y", 60)))}); resp.Allowed {
+		t.Errorf("refused only for a vGPU container: %+v", resp.Result)
+	}
+	if resp := admit(t, rv, PathMutatePods, admission{kind: "Pod", obj: pod(claims, container("app", "a"), container(strings.Repeat("y", 60)))}); !resp.Allowed {
+		t.Errorf("a long name of a container without a vGPU: %+v", resp.Result)
 	}
 }

@@ -26,7 +26,7 @@ func reviewPod(t *testing.T, policy ContainerPolicy, p *corev1.Pod, ephemeral bo
 	_, ctx := ktesting.NewTestContext(t)
 	rules := testRules
 	rules.ContainerPolicy = policy
-	srv := httptest.NewServer(NewReviewer(rules, specsForRules, metrics.NewWebhookMetrics(component.NewMetricsRegistry())).Handler(ctx))
+	srv := httptest.NewServer(NewReviewer(rules, specsForRules, nil, metrics.NewWebhookMetrics(component.NewMetricsRegistry())).Handler(ctx))
 	defer srv.Close()
 	raw, _ := json.Marshal(p)
 	req := &admissionv1.AdmissionRequest{UID: "u", Kind: metav1.GroupVersionKind{Kind: "Pod"}, Namespace: "ns", Name: "x",

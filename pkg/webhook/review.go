@@ -27,6 +27,7 @@ const (
 	PathValidatePods           = "/validate/pods"
 	PathValidateClaims         = "/validate/resourceclaims"
 	PathValidateClaimTemplates = "/validate/resourceclaimtemplates"
+	PathValidateDeviceClasses  = "/validate/deviceclasses"
 )
 
 // maxReviewBytes bounds a request body: an object is at most ~1.5 MiB in etcd, and a review
@@ -37,6 +38,8 @@ const maxReviewBytes = 8 << 20
 // constraint must name, and the NRI plugin containers must require.
 type Rules struct {
 	Selection
+	// Driver is the DRA driver name ("vgpu.dra.dev"): no DeviceClass but ours may select it.
+	Driver string
 	// UUIDAttribute is the GPU UUID attribute qualified with the driver name ("vgpu.dra.dev/uuid").
 	UUIDAttribute string
 	// RequiredPlugin is the NRI plugin name the annotation requires (the driver name); empty when
@@ -44,18 +47,23 @@ type Rules struct {
 	RequiredPlugin string
 	// ContainerPolicy is what a vGPU container must be (policy.go); PolicyAudit when empty.
 	ContainerPolicy ContainerPolicy
+	// RefuseToolkitEnv refuses NVIDIA_VISIBLE_DEVICES and its kin in the env of every
+	// unprivileged container of a pod (toolkitenv.go).
+	RefuseToolkitEnv bool
 }
 
-// Reviewer answers the AdmissionReviews of the four webhooks.
+// Reviewer answers the AdmissionReviews of the webhooks.
 type Reviewer struct {
 	rules   Rules
 	specs   Specs
+	pods    Pods
 	metrics *metrics.WebhookMetrics
 }
 
-// NewReviewer returns a Reviewer that looks claims up in specs and counts in m.
-func NewReviewer(rules Rules, specs Specs, m *metrics.WebhookMetrics) *Reviewer {
-	return &Reviewer{rules: rules, specs: specs, metrics: m}
+// NewReviewer returns a Reviewer that looks claims up in specs, the pods a new claim is for in
+// pods (nil: a new claim is not checked against them), and counts in m.
+func NewReviewer(rules Rules, specs Specs, pods Pods, m *metrics.WebhookMetrics) *Reviewer {
+	return &Reviewer{rules: rules, specs: specs, pods: pods, metrics: m}
 }
 
 // outcome is what a review decided.
@@ -71,29 +79,34 @@ type outcome struct {
 // review decides about one request of a known kind.
 type review func(ctx context.Context, req *admissionv1.AdmissionRequest) outcome
 
-// Handler serves the four webhook paths.
+// route is one webhook path: what it reviews and how, on CREATE and on UPDATE (nil: admitted
+// unchecked).
+type route struct {
+	path, webhook, kind string
+	create, update      review
+}
+
+// Handler serves the webhook paths.
 func (r *Reviewer) Handler(ctx context.Context) http.Handler {
 	mux := http.NewServeMux()
-	routes := []struct {
-		path, webhook, kind string
-		review              review
-	}{
-		{PathMutatePods, metrics.WebhookMutating, "Pod", r.mutatePod},
-		{PathValidatePods, metrics.WebhookValidating, "Pod", r.validatePod},
-		{PathValidateClaims, metrics.WebhookValidating, "ResourceClaim", r.validateClaim},
-		{PathValidateClaimTemplates, metrics.WebhookValidating, "ResourceClaimTemplate", r.validateTemplate},
-	}
-	for _, rt := range routes {
+	for _, rt := range []route{
+		{PathMutatePods, metrics.WebhookMutating, "Pod", r.mutatePod, nil},
+		{PathValidatePods, metrics.WebhookValidating, "Pod", r.validatePod, r.updatePod},
+		{PathValidateClaims, metrics.WebhookValidating, "ResourceClaim", r.validateClaim, nil},
+		{PathValidateClaimTemplates, metrics.WebhookValidating, "ResourceClaimTemplate", r.validateTemplate, nil},
+		{PathValidateDeviceClasses, metrics.WebhookValidating, "DeviceClass", r.validateDeviceClass, r.validateDeviceClass},
+	} {
 		logger := klog.FromContext(ctx).WithValues("webhook", rt.webhook, "kind", rt.kind)
 		mux.HandleFunc("POST "+rt.path, func(w http.ResponseWriter, req *http.Request) {
-			r.serve(klog.NewContext(req.Context(), logger), w, req, rt.webhook, rt.kind, rt.review)
+			r.serve(klog.NewContext(req.Context(), logger), w, req, rt)
 		})
 	}
 	return mux
 }
 
 // serve reads one AdmissionReview, runs the review, and writes the answer.
-func (r *Reviewer) serve(ctx context.Context, w http.ResponseWriter, httpReq *http.Request, webhook, kind string, rv review) {
+func (r *Reviewer) serve(ctx context.Context, w http.ResponseWriter, httpReq *http.Request, rt route) {
+	webhook, kind := rt.webhook, rt.kind
 	start := time.Now()
 	logger := klog.FromContext(ctx)
 	body, err := io.ReadAll(http.MaxBytesReader(w, httpReq.Body, maxReviewBytes))
@@ -118,13 +131,14 @@ func (r *Reviewer) serve(ctx context.Context, w http.ResponseWriter, httpReq *ht
 	switch {
 	case req.Kind.Kind != kind:
 		out.err = fmt.Errorf("this webhook reviews %s objects, not %s: check the webhook configuration's rules", kind, req.Kind.Kind)
-	case req.Operation == admissionv1.Update && req.SubResource == "ephemeralcontainers":
-		out = rv(ctx, req) // an ephemeral container joins a running pod (validatePod)
-	case req.Operation != admissionv1.Create:
-		// Everything the rules look at is immutable after creation (pod spec claims, env;
-		// claim and template specs): nothing to check on other operations.
+	case req.Operation == admissionv1.Create:
+		out = rt.create(ctx, req)
+	case req.Operation == admissionv1.Update && rt.update != nil:
+		// A pod's annotations, and its ephemeral containers, change after creation (updatePod).
+		out = rt.update(ctx, req)
 	default:
-		out = rv(ctx, req)
+		// The rest of what the rules look at is immutable after creation (pod spec claims,
+		// env; claim and template specs): nothing to check on other operations.
 	}
 	resp, decision := r.respond(req, out)
 	r.metrics.Admissions.WithLabelValues(webhook, kind, decision).Inc()
@@ -191,8 +205,12 @@ func (r *Reviewer) mutatePod(ctx context.Context, req *admissionv1.AdmissionRequ
 	}
 	set, err := requiredPluginsAnnotations(pod, uses, r.rules.RequiredPlugin)
 	var ae *annotationError
-	if errors.As(err, &ae) {
+	var ne *containerNameError
+	switch {
+	case errors.As(err, &ae):
 		return outcome{violations: []Violation{{ReasonInvalidAnnotation, ae.Error()}}}
+	case errors.As(err, &ne):
+		return outcome{violations: []Violation{{ReasonContainerName, ne.Error()}}}
 	}
 	if err != nil {
 		return outcome{err: err}
@@ -207,12 +225,16 @@ func (r *Reviewer) validatePod(ctx context.Context, req *admissionv1.AdmissionRe
 		return *out
 	}
 	policy := cmp.Or(r.rules.ContainerPolicy, PolicyAudit)
+	var env []Violation
+	if r.rules.RefuseToolkitEnv {
+		env = toolkitEnvRules(pod)
+	}
 	if req.SubResource == "ephemeralcontainers" {
 		refusals, warnings := ephemeralRules(policy, pod, uses)
-		return outcome{violations: refusals, warnings: warnings}
+		return outcome{violations: append(refusals, env...), warnings: warnings}
 	}
 	refusals, warnings := policyRules(policy, pod, uses)
-	return outcome{violations: append(podRules(uses, r.rules.UUIDAttribute), refusals...), warnings: warnings}
+	return outcome{violations: slices.Concat(podRules(uses, r.rules.UUIDAttribute), refusals, env), warnings: warnings}
 }
 
 // decodePodUses decodes the pod and finds its vGPU containers; a non-nil outcome ends the review.
@@ -236,13 +258,19 @@ func (r *Reviewer) decodePodUses(ctx context.Context, req *admissionv1.Admission
 	return &pod, uses, nil
 }
 
-// validateClaim applies the capacity rules to a ResourceClaim.
-func (r *Reviewer) validateClaim(_ context.Context, req *admissionv1.AdmissionRequest) outcome {
+// validateClaim applies the capacity rules to a ResourceClaim, and the pod rules to the pods
+// already admitted that will use it (recheck.go).
+func (r *Reviewer) validateClaim(ctx context.Context, req *admissionv1.AdmissionRequest) outcome {
 	var c resourceapi.ResourceClaim
 	if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
 		return outcome{err: fmt.Errorf("decode the ResourceClaim: %w", err)}
 	}
-	return outcome{violations: claimRules(&c.Spec, r.rules.Selection, "ResourceClaim "+objectName(req.Namespace, c.ObjectMeta))}
+	vs := claimRules(&c.Spec, r.rules.Selection, "ResourceClaim "+objectName(req.Namespace, c.ObjectMeta))
+	more, err := r.recheckPods(ctx, req.Namespace, &c)
+	if err != nil {
+		return outcome{err: fmt.Errorf("check the pods that will use ResourceClaim %s: %w", objectName(req.Namespace, c.ObjectMeta), err)}
+	}
+	return outcome{violations: append(vs, more...)}
 }
 
 // validateTemplate applies the capacity rules to a ResourceClaimTemplate.

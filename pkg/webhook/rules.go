@@ -20,6 +20,7 @@ const (
 	ReasonCapacity          = "capacity"
 	ReasonMissingClaim      = "missing_claim"
 	ReasonInvalidAnnotation = "invalid_annotation"
+	ReasonContainerName     = "container_name"
 	ReasonMalformedObject   = "malformed_object"
 )
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // ErrNotFound is returned (wrapped) by Specs for an object that does not exist.
@@ -29,19 +30,25 @@ type Specs interface {
 // CacheSpecs serves Specs from informer caches, never from a read per request. A lookup that
 // misses waits, up to a bound, for the object to arrive: `kubectl apply` of one file creates a
 // claim milliseconds before the pod that uses it, and the watch may not have delivered it yet.
+// At most maxWaits lookups wait at once: a review of a pod whose claim does not exist would
+// otherwise hold a goroutine and a connection for the whole wait, and a client that sends many
+// could pile them up; a lookup beyond the bound answers at once, as if its wait had ended.
 // The returned specs belong to the cache and must not be modified.
 type CacheSpecs struct {
 	claims    resourcelisters.ResourceClaimLister
 	templates resourcelisters.ResourceClaimTemplateLister
 	synced    []cache.InformerSynced
 	wait      time.Duration
-	added     broadcast
+	// waits holds a token for each lookup that is waiting; its capacity is the bound.
+	waits chan struct{}
+	added broadcast
 }
 
 // NewCacheSpecs registers the ResourceClaim and ResourceClaimTemplate informers with factory
-// (start the factory afterwards). wait bounds how long a lookup waits for a missing object.
-func NewCacheSpecs(factory informers.SharedInformerFactory, wait time.Duration) (*CacheSpecs, error) {
-	s := &CacheSpecs{wait: wait, added: broadcast{ch: make(chan struct{})}}
+// (start the factory afterwards). wait bounds how long a lookup waits for a missing object, and
+// maxWaits how many lookups wait at once (at least 1).
+func NewCacheSpecs(factory informers.SharedInformerFactory, wait time.Duration, maxWaits int) (*CacheSpecs, error) {
+	s := &CacheSpecs{wait: wait, waits: make(chan struct{}, max(maxWaits, 1)), added: broadcast{ch: make(chan struct{})}}
 	claims := factory.Resource().V1().ResourceClaims()
 	templates := factory.Resource().V1().ResourceClaimTemplates()
 	s.claims, s.templates = claims.Lister(), templates.Lister()
@@ -93,7 +100,7 @@ func (s *CacheSpecs) TemplateSpec(ctx context.Context, namespace, name string) (
 }
 
 // waitFor calls get until it finds the object, re-trying each time a cache adds one, until the
-// wait bound or ctx ends.
+// wait bound or ctx ends. With maxWaits lookups already waiting it does not wait.
 func waitFor(ctx context.Context, s *CacheSpecs, get func() (*resourceapi.ResourceClaimSpec, error)) (*resourceapi.ResourceClaimSpec, error) {
 	var deadline <-chan time.Time
 	for {
@@ -103,6 +110,16 @@ func waitFor(ctx context.Context, s *CacheSpecs, get func() (*resourceapi.Resour
 			return spec, err
 		}
 		if deadline == nil {
+			if ctx.Value(noWaitKey{}) != nil {
+				return nil, ErrNotFound
+			}
+			select {
+			case s.waits <- struct{}{}:
+				defer func() { <-s.waits }()
+			default:
+				klog.FromContext(ctx).V(2).Info("Not waiting for a missing claim: the most lookups wait already", "maxWaits", cap(s.waits))
+				return nil, ErrNotFound
+			}
 			t := time.NewTimer(s.wait)
 			defer t.Stop()
 			deadline = t.C
@@ -115,6 +132,15 @@ func waitFor(ctx context.Context, s *CacheSpecs, get func() (*resourceapi.Resour
 			return nil, fmt.Errorf("waiting for the object to reach the cache: %w", context.Cause(ctx))
 		}
 	}
+}
+
+// noWaitKey marks a context whose lookups do not wait for a missing object.
+type noWaitKey struct{}
+
+// withoutWait returns ctx with lookups that answer at once: for pods already admitted, whose
+// claims are not being created right now.
+func withoutWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noWaitKey{}, true)
 }
 
 // broadcast wakes every waiter when a cache adds an object.

@@ -81,7 +81,7 @@ func TestCacheSpecs(t *testing.T) {
 	kube := fake.NewClientset(&resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns"},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: *specsForRules.claims["ns/two"]}})
 	factory := informers.NewSharedInformerFactory(kube, 0)
-	specs, err := NewCacheSpecs(factory, 0)
+	specs, err := NewCacheSpecs(factory, 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,11 +86,15 @@ type MissingClaimError struct {
 	Containers []string
 }
 
-// Error says what is missing and how to fix it.
+// Error says what is missing and how to fix it. Helm creates the kinds it does not know, such as
+// ResourceClaims and templates, after the Pods of a chart, so a chart with a bare Pod and its
+// claim always meets this refusal; the message says the two ways out (contract §12).
 func (e *MissingClaimError) Error() string {
 	return fmt.Sprintf("pod claim %q names %s %q, which does not exist: vgpu-webhook must see it to know whether "+
-		"container(s) %s need the vGPU guard; create the %s before the pod",
-		e.PodClaim, e.Kind, e.Name, strings.Join(quoteAll(e.Containers), ", "), e.Kind)
+		"container(s) %s need the vGPU guard; create the %s before the pod (Helm creates ResourceClaims and "+
+		"ResourceClaimTemplates after Pods: put the pod in a Deployment, StatefulSet or Job, whose controller "+
+		"creates it again once the %s exists, or create the %s in a pre-install hook)",
+		e.PodClaim, e.Kind, e.Name, strings.Join(quoteAll(e.Containers), ", "), e.Kind, e.Kind, e.Kind)
 }
 
 // podUses returns the containers of the pod that use a vGPU (init containers first), each with

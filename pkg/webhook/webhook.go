@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,11 @@ const (
 	// DefaultShutdownDelay covers the endpoints controller and kube-proxy withdrawing the pod
 	// (about a second on a quiet cluster), well under the pod's termination grace period.
 	DefaultShutdownDelay = 5 * time.Second
+	// DefaultMaxMissingClaimWaits bounds the reviews that wait for a missing claim at once: far
+	// above what kubectl apply of a claim with its pods needs (each wait ends milliseconds after
+	// the claim is created), far below what would tie up the webhook's goroutines and
+	// connections (each wait can hold one for MissingClaimWait).
+	DefaultMaxMissingClaimWaits = 32
 )
 
 // Config is vgpu-webhook's configuration; cmd/vgpu-webhook fills it from flags.
@@ -42,6 +48,9 @@ type Config struct {
 	// MissingClaimWait bounds how long a review waits for a claim or template that its cache has
 	// not seen (it must stay well under the webhook configurations' timeoutSeconds).
 	MissingClaimWait time.Duration
+	// MaxMissingClaimWaits bounds how many lookups wait at once; beyond it a lookup answers at
+	// once, as if its wait had ended. 0: DefaultMaxMissingClaimWaits.
+	MaxMissingClaimWaits int
 	// ShutdownDelay is how long the server keeps answering, unready, after it is told to stop:
 	// the time the endpoints controller and kube-proxy need to stop sending it reviews.
 	ShutdownDelay time.Duration
@@ -63,8 +72,8 @@ func (c Config) Validate() error {
 	if c.Address == "" || c.CertDir == "" {
 		errs = append(errs, errors.New("--webhook-address and --cert-dir must not be empty"))
 	}
-	if c.MissingClaimWait < 0 || c.ShutdownDelay < 0 {
-		errs = append(errs, errors.New("--missing-claim-wait and --shutdown-delay must not be negative"))
+	if c.MissingClaimWait < 0 || c.ShutdownDelay < 0 || c.MaxMissingClaimWaits < 0 {
+		errs = append(errs, errors.New("--missing-claim-wait, --max-missing-claim-waits and --shutdown-delay must not be negative"))
 	}
 	if r := c.Rotator; r != nil && (r.SecretNamespace == "" || r.SecretName == "" || r.DNSName == "" ||
 		r.MutatingConfiguration == "" || r.ValidatingConfiguration == "") {
@@ -109,7 +118,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Webhook, error) {
 	ctrllog.SetLogger(logger)
 
 	factory := informers.NewSharedInformerFactory(deps.KubeClient, 0)
-	specs, err := NewCacheSpecs(factory, cfg.MissingClaimWait)
+	specs, err := NewCacheSpecs(factory, cfg.MissingClaimWait, cmp.Or(cfg.MaxMissingClaimWaits, DefaultMaxMissingClaimWaits))
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +140,7 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Webhook, error) {
 		fatal = self.start(serveCtx)
 	}
 	go cert.watch(klog.NewContext(serveCtx, logger.WithName("tls")))
-	srv, err := w.serve(serveCtx, cfg, deps.MetricsAccess, specs, cert)
+	srv, err := w.serve(serveCtx, cfg, deps.MetricsAccess, specs, apiPods{client: deps.KubeClient}, cert)
 	if err != nil {
 		stopServing()
 		return nil, err
@@ -166,9 +175,9 @@ func (w *Webhook) addReadinessChecks(specs *CacheSpecs, cert *servingCert, self 
 }
 
 // serve starts the admission, health and metrics servers.
-func (w *Webhook) serve(ctx context.Context, cfg Config, access *component.MetricsAccess, specs Specs, cert *servingCert) (*httpsServer, error) {
+func (w *Webhook) serve(ctx context.Context, cfg Config, access *component.MetricsAccess, specs Specs, pods Pods, cert *servingCert) (*httpsServer, error) {
 	reg := component.NewMetricsRegistry()
-	reviewer := NewReviewer(cfg.Rules, specs, metrics.NewWebhookMetrics(reg))
+	reviewer := NewReviewer(cfg.Rules, specs, pods, metrics.NewWebhookMetrics(reg))
 	srv, err := serveHTTPS(ctx, cfg.Address, w.drainer.wrap(reviewer.Handler(ctx)), cert.GetCertificate)
 	if err != nil {
 		return nil, err

@@ -125,14 +125,29 @@ namespaceSelector:
       values: [{{ .Release.Namespace | quote }}, "kube-system"]
 {{- end }}
 
-{{/* Pods that may use a vGPU: resourceClaims, or (mode dra) the extended resource in any container. */}}
+{{/*
+Pods that may use a vGPU: resourceClaims, or (mode dra) the extended resource in any container.
+Called with (list $ toolkitEnv): with toolkitEnv, also pods with a container that sets one of
+the NVIDIA Container Toolkit's device variables (webhook.refuseNvidiaVisibleDevices).
+*/}}
 {{- define "vgpu-dra.webhookPodConditions" -}}
+{{- $root := index . 0 -}}{{- $toolkitEnv := index . 1 -}}
 matchConditions:
-  - name: may-use-a-vgpu
+  - name: may-use-a-gpu
     expression: >-
       (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)
-      {{- if include "vgpu-dra.webhookExtendedResource" . }} ||
-      object.spec.containers.exists(c, {{ include "vgpu-dra.usesExtendedResource" . }}) ||
-      (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {{ include "vgpu-dra.usesExtendedResource" . }}))
+      {{- if include "vgpu-dra.webhookExtendedResource" $root }} ||
+      object.spec.containers.exists(c, {{ include "vgpu-dra.usesExtendedResource" $root }}) ||
+      (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {{ include "vgpu-dra.usesExtendedResource" $root }}))
+      {{- end }}
+      {{- if $toolkitEnv }} ||
+      object.spec.containers.exists(c, {{ include "vgpu-dra.setsToolkitEnv" $root }}) ||
+      (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {{ include "vgpu-dra.setsToolkitEnv" $root }})) ||
+      (has(object.spec.ephemeralContainers) && object.spec.ephemeralContainers.exists(c, {{ include "vgpu-dra.setsToolkitEnv" $root }}))
       {{- end }}
 {{- end }}
+
+{{/* CEL: the container sets a variable through which it asks the NVIDIA Container Toolkit for devices. */}}
+{{- define "vgpu-dra.setsToolkitEnv" -}}
+has(c.env) && c.env.exists(e, e.name in ['NVIDIA_VISIBLE_DEVICES', 'NVIDIA_MIG_CONFIG_DEVICES', 'NVIDIA_MIG_MONITOR_DEVICES', 'NVIDIA_IMEX_CHANNELS'])
+{{- end -}}

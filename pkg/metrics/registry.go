@@ -17,6 +17,10 @@ type RegistryMetrics struct {
 	Requests *metrics.CounterVec
 	// Duration is the time from accept to the response written.
 	Duration *metrics.Histogram
+	// ShedConnections counts connections that had not sent their request, shed to make room
+	// for a newcomer over the node-wide bound on open connections (contract §5); each is
+	// also counted as BUSY in Requests.
+	ShedConnections *metrics.Counter
 }
 
 // NewRegistryMetrics creates the registry metrics and registers them on reg.
@@ -35,8 +39,13 @@ func NewRegistryMetrics(reg metrics.KubeRegistry) *RegistryMetrics {
 			Buckets:        metrics.ExponentialBuckets(0.00005, 2, 16),
 			StabilityLevel: metrics.ALPHA,
 		}),
+		ShedConnections: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace: Namespace, Name: "registry_shed_connections_total",
+			Help:           "Registry connections that had not sent their request, answered BUSY to make room for a newcomer over the node's bound on open connections.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 	}
-	reg.MustRegister(m.Requests, m.Duration)
+	reg.MustRegister(m.Requests, m.Duration, m.ShedConnections)
 	return m
 }
 
@@ -55,4 +64,12 @@ func (m *RegistryMetrics) Unanswered() {
 		return
 	}
 	m.Requests.WithLabelValues(StatusNoResponse).Inc()
+}
+
+// Shed records one connection shed for a newcomer; a nil receiver records nothing.
+func (m *RegistryMetrics) Shed() {
+	if m == nil {
+		return
+	}
+	m.ShedConnections.Inc()
 }

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"container/list"
 	"errors"
 	"io/fs"
 	"net"
@@ -53,18 +54,18 @@ func (s *Server) acceptLoop(l *listener) {
 	}
 }
 
-// dispatch starts serving one accepted connection, or answers BUSY to it without reading
-// it when MaxOpenConns connections are already reading.
+// dispatch starts serving one accepted connection. Over MaxOpenConns connections reading
+// their frame it hands the connection to overBound instead, without identifying it here: the
+// accept loop never waits on a client or on /proc.
 func (s *Server) dispatch(c *net.UnixConn) {
-	reading := s.track(c)
+	cs := s.track(c)
 	if s.reading.Add(1) > int64(s.cfg.MaxOpenConns) {
 		s.reading.Add(-1)
-		reading.Store(false)
-		s.refuseOpen(c)
+		s.overBound(c, cs)
 		return
 	}
 	s.wg.Add(1)
-	go s.serve(c, reading, time.Now())
+	go s.serve(c, cs, time.Now(), false)
 }
 
 // retire stops l's accept loop, dispatches every connection still queued on it and closes
@@ -124,44 +125,62 @@ func drainQueued(ln *net.UnixListener) []*net.UnixConn {
 	return conns
 }
 
-// refuseOpen answers BUSY to a connection over MaxOpenConns without reading it.
-func (s *Server) refuseOpen(c *net.UnixConn) {
-	if s.answering.Add(1) > maxBusyAnswers {
-		// Even here the client gets BUSY (contract §5), written from the accept loop without
-		// a goroutine: a fresh unix socket's buffer takes the small frame at once, and the
-		// short deadline bounds the accept loop if it does not. The write side is shut at once
-		// but the socket is closed only after the linger, by a timer rather than a goroutine:
-		// a client still sending its request must not get EPIPE before it reads the answer.
-		s.answering.Add(-1)
-		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Millisecond))
-		_, err := c.Write(AppendResponse(nil, s.busy("too many open registry connections")))
-		_ = c.CloseWrite()
-		s.untrack(c)
-		time.AfterFunc(s.cfg.Linger, func() { _ = c.Close() })
-		if err != nil {
-			s.deps.Metrics.Unanswered()
-		} else {
-			s.deps.Metrics.Observe(StatusBusy.String(), 0)
-		}
+// overBound takes a connection over MaxOpenConns. One of at most maxBusyAnswers goroutines
+// identifies it and serves it in the place of a connection it sheds (serve, shedFor), or
+// answers it BUSY without reading it. Past those the accept loop answers BUSY itself, without
+// a goroutine: a fresh unix socket's buffer takes the small frame at once, and the short
+// deadline bounds the accept loop if it does not. The write side is shut at once but the
+// socket is closed only after the linger, by a timer rather than a goroutine: a client still
+// sending its request must not get EPIPE before it reads the answer.
+func (s *Server) overBound(c *net.UnixConn, cs *connState) {
+	if s.answering.Add(1) <= maxBusyAnswers {
+		s.wg.Add(1)
+		go s.serve(c, cs, time.Now(), true)
 		return
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer s.answering.Add(-1)
-		s.respond(c, time.Now(), s.busy("too many open registry connections"), true)
-	}()
+	s.answering.Add(-1)
+	cs.reading.Store(false)
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Millisecond))
+	_, err := c.Write(AppendResponse(nil, s.busy(tooManyOpen)))
+	_ = c.CloseWrite()
+	s.untrack(c)
+	time.AfterFunc(s.cfg.Linger, func() { _ = c.Close() })
+	if err != nil {
+		s.deps.Metrics.Unanswered()
+	} else {
+		s.deps.Metrics.Observe(StatusBusy.String(), 0)
+	}
 }
 
-// track records an open connection; the flag it returns says whether it is still reading
-// its frame (shutdown interrupts those).
-func (s *Server) track(c *net.UnixConn) *atomic.Bool {
-	reading := &atomic.Bool{}
-	reading.Store(true)
+// tooManyOpen is the BUSY message over MaxOpenConns.
+const tooManyOpen = "too many open registry connections on this node"
+
+// connState is what the server keeps of an open connection.
+type connState struct {
+	conn *net.UnixConn
+	seq  uint64 // accept order
+	// reading: still reading its frame (shutdown and shedding cut those reads short).
+	reading atomic.Bool
+	// shed: picked to make room for a newcomer over MaxOpenConns; once its read is cut short
+	// it is answered BUSY.
+	shed atomic.Bool
+	// sheddable is its element in its pod's list of connections reading their frame while it
+	// may be shed; guarded by loads.mu.
+	sheddable *list.Element
+}
+
+// cutShort ends the connection's read now. A read that sets its deadline afterwards checks
+// shed and stopping again (setReadDeadline), so one of the two always leaves it passed.
+func (cs *connState) cutShort() { _ = cs.conn.SetReadDeadline(time.Now()) }
+
+// track records an open connection.
+func (s *Server) track(c *net.UnixConn) *connState {
+	cs := &connState{conn: c, seq: uint64(s.accepted.Add(1))}
+	cs.reading.Store(true)
 	s.mu.Lock()
-	s.conns[c] = reading
+	s.conns[c] = cs
 	s.mu.Unlock()
-	return reading
+	return cs
 }
 
 func (s *Server) untrack(c *net.UnixConn) {

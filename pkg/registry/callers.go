@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -12,8 +11,8 @@ import (
 
 // caller is who is at the other end of a connection, identified once, when the connection
 // is accepted, by what the kernel says and not by what the client sends: its PID from
-// SO_PEERCRED and that PID's cgroup. Bounds are kept per key (callerKey), and the peer check
-// of the request uses the same identity.
+// SO_PEERCRED and that PID's cgroup. Bounds are kept per caller and per pod (callerKeys), and
+// the peer check of the request uses the same identity.
 type caller struct {
 	peer   peer   // the pidfd, where there is one, is held until the connection ends
 	cgroup string // empty when err is set
@@ -21,11 +20,12 @@ type caller struct {
 	// peer is checked (contract §5).
 	err error
 	key string
+	pod string // the key of its pod's bounds (callerKeys)
 }
 
-// unidentifiedCaller is the one key of every caller whose cgroup could not be read (it
-// exited, or its PID is not visible here): they share one set of bounds. A legitimate
-// caller is alive and visible, so only callers that will be DENIED anyway land there.
+// unidentifiedCaller is the one key, as caller and as pod, of every caller whose cgroup could
+// not be read (it exited, or its PID is not visible here): they share one set of bounds. A
+// legitimate caller is alive and visible, so only callers that will be DENIED anyway land there.
 const unidentifiedCaller = "?"
 
 // identify reads the caller's credentials and cgroup. With a pidfd (SO_PEERPIDFD) the cgroup
@@ -34,12 +34,12 @@ const unidentifiedCaller = "?"
 func (s *Server) identify(c *net.UnixConn) caller {
 	if pid, err := peerPID(c); err == nil {
 		if id, ok := s.identities.lookup(pid); ok {
-			return caller{peer: peer{pid: pid, pidfd: -1}, cgroup: id.cgroup, key: id.key}
+			return caller{peer: peer{pid: pid, pidfd: -1}, cgroup: id.cgroup, key: id.key, pod: id.pod}
 		}
 	}
 	p, err := peerOf(c)
 	if err != nil {
-		return caller{peer: peer{pidfd: -1}, err: fmt.Errorf("the caller's credentials are unknown: %w", err), key: unidentifiedCaller}
+		return caller{peer: peer{pidfd: -1}, err: fmt.Errorf("the caller's credentials are unknown: %w", err), key: unidentifiedCaller, pod: unidentifiedCaller}
 	}
 	cg, err := s.cgroups.OfPID(p.pid)
 	if err == nil && !p.stillSame() {
@@ -47,148 +47,26 @@ func (s *Server) identify(c *net.UnixConn) caller {
 	}
 	if err != nil {
 		p.close()
-		return caller{peer: peer{pid: p.pid, pidfd: -1}, err: fmt.Errorf("the caller's cgroup is unknown: %w", err), key: unidentifiedCaller}
+		return caller{peer: peer{pid: p.pid, pidfd: -1}, err: fmt.Errorf("the caller's cgroup is unknown: %w", err), key: unidentifiedCaller, pod: unidentifiedCaller}
 	}
-	who := caller{peer: p, cgroup: cg, key: callerKey(cg)}
-	s.identities.add(p, cg, who.key)
+	who := caller{peer: p, cgroup: cg}
+	who.key, who.pod = callerKeys(cg)
+	s.identities.add(p, cg, who.key, who.pod)
 	return who
 }
 
 func (c caller) close() { c.peer.close() }
 
-// callerKey is the container a cgroup belongs to: for a pod's cgroup, the pod cgroup's child
-// on the way to it (PodOfCgroup), so that cgroups a container creates below its own do not
-// count as other callers; otherwise the cgroup itself.
-func callerKey(cgroup string) string {
-	if _, container, ok := PodOfCgroup(cgroup); ok {
-		return container
+// callerKeys are the keys of a cgroup's bounds. The caller is the container the cgroup
+// belongs to: for a pod's cgroup, the pod cgroup's child on the way to it (PodOfCgroup), so
+// that cgroups a container creates below its own do not count as other callers; otherwise the
+// cgroup itself. The pod is the pod's UID; a cgroup outside pods is a pod of its own, keyed by
+// its caller key (a cgroup path, never a UID).
+func callerKeys(cgroup string) (key, pod string) {
+	if uid, container, ok := PodOfCgroup(cgroup); ok {
+		return container, uid
 	}
-	return cgroup
-}
-
-// phase is what a caller's connection counts against.
-type phase int
-
-const (
-	phaseReading  phase = iota // still reading its frame (MaxOpenConnsPerCaller)
-	phaseInFlight              // a whole request being handled (MaxRequestsPerCaller)
-	phaseWaiting               // a whole request waiting for one of its caller's in-flight slots
-)
-
-// callerLoads counts, per caller key, the connections in each phase. A key is forgotten when
-// its counts drop to zero, so the map holds only callers with connections open.
-type callerLoads struct {
-	mu sync.Mutex
-	m  map[string]*callerLoad
-}
-
-// callerLoad is one caller's count per phase and its requests waiting for an in-flight slot,
-// oldest first.
-type callerLoad struct {
-	n       [3]int
-	waiters []chan struct{}
-}
-
-func (n *callerLoad) idle() bool { return n.n == [3]int{} }
-
-func newCallerLoads() *callerLoads { return &callerLoads{m: map[string]*callerLoad{}} }
-
-func (l *callerLoads) load(key string) *callerLoad {
-	n := l.m[key]
-	if n == nil {
-		n = &callerLoad{}
-		l.m[key] = n
-	}
-	return n
-}
-
-// enter counts one more connection of key in ph, unless key has limit there already.
-func (l *callerLoads) enter(key string, ph phase, limit int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := l.load(key)
-	if n.n[ph] >= limit {
-		if n.idle() {
-			delete(l.m, key)
-		}
-		return false
-	}
-	n.n[ph]++
-	return true
-}
-
-// enterInFlight counts one more request of key in flight. While key has limit in flight, it
-// waits for one of them to leave — at most queue requests of key wait, each until done is
-// closed — instead of turning the request away: a container whose processes register all at
-// once (64 at a time) then waits for its own slots rather than for a BUSY's retry_after_ms.
-// It returns false, counting nothing, when the queue is full or done was closed first.
-func (l *callerLoads) enterInFlight(key string, limit, queue int, done <-chan struct{}) bool {
-	l.mu.Lock()
-	n := l.load(key)
-	if n.n[phaseInFlight] < limit && len(n.waiters) == 0 {
-		n.n[phaseInFlight]++
-		l.mu.Unlock()
-		return true
-	}
-	if n.n[phaseWaiting] >= queue {
-		if n.idle() {
-			delete(l.m, key)
-		}
-		l.mu.Unlock()
-		return false
-	}
-	turn := make(chan struct{}, 1)
-	n.n[phaseWaiting]++
-	n.waiters = append(n.waiters, turn)
-	l.mu.Unlock()
-	select {
-	case <-turn: // leave moved this request from waiting to in flight
-		return true
-	case <-done:
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	select {
-	case <-turn: // handed a slot just now: give it to the next one
-		n.n[phaseInFlight]--
-		l.handOver(key, n)
-	default:
-		n.waiters = slices.DeleteFunc(n.waiters, func(c chan struct{}) bool { return c == turn })
-		n.n[phaseWaiting]--
-	}
-	if n.idle() {
-		delete(l.m, key)
-	}
-	return false
-}
-
-// leave undoes one enter or enterInFlight.
-func (l *callerLoads) leave(key string, ph phase) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := l.m[key]
-	if n == nil {
-		return
-	}
-	n.n[ph]--
-	if ph == phaseInFlight {
-		l.handOver(key, n)
-	}
-	if n.idle() {
-		delete(l.m, key)
-	}
-}
-
-// handOver gives a free in-flight slot of key to its oldest waiting request. Called under mu.
-func (l *callerLoads) handOver(key string, n *callerLoad) {
-	if len(n.waiters) == 0 {
-		return
-	}
-	next := n.waiters[0]
-	n.waiters = n.waiters[1:]
-	n.n[phaseWaiting]--
-	n.n[phaseInFlight]++
-	next <- struct{}{}
+	return cgroup, cgroup
 }
 
 // identities caches, per calling process while it lives, what identify read: its cgroup and
@@ -208,8 +86,8 @@ type identities struct {
 }
 
 type identity struct {
-	pidfd       int
-	cgroup, key string
+	pidfd            int
+	cgroup, key, pod string
 }
 
 // maxIdentities bounds the cache (and the pidfds it holds).
@@ -236,7 +114,7 @@ func (ids *identities) lookup(pid int) (identity, bool) {
 
 // add records p's identity when p carries a pidfd and there is room; the server's watch
 // drops the entries of processes that are gone every WatchInterval.
-func (ids *identities) add(p peer, cgroup, key string) {
+func (ids *identities) add(p peer, cgroup, key, pod string) {
 	if p.pidfd < 0 {
 		return
 	}
@@ -249,7 +127,7 @@ func (ids *identities) add(p peer, cgroup, key string) {
 	if err != nil {
 		return
 	}
-	ids.m[p.pid] = identity{pidfd: fd, cgroup: cgroup, key: key}
+	ids.m[p.pid] = identity{pidfd: fd, cgroup: cgroup, key: key, pod: pod}
 }
 
 // prune drops the entries of processes that are gone.

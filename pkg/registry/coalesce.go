@@ -42,8 +42,9 @@ func newWriteCoalescer() *writeCoalescer {
 }
 
 // do runs write, or waits for a write that lists pid or started after this call, for key.
-// write returns the PIDs it wrote.
-func (c *writeCoalescer) do(key string, pid int, write func() ([]int, error)) error {
+// write returns the PIDs it wrote. onWait, when not nil, is called before a wait for another
+// caller's write.
+func (c *writeCoalescer) do(key string, pid int, onWait func(), write func() ([]int, error)) error {
 	c.mu.Lock()
 	q := c.keys[key]
 	if q == nil {
@@ -54,6 +55,9 @@ func (c *writeCoalescer) do(key string, pid int, write func() ([]int, error)) er
 	w := waiter{pid: pid, ch: make(chan writeTurn, 1)}
 	q.waiting = append(q.waiting, w)
 	c.mu.Unlock()
+	if onWait != nil {
+		onWait()
+	}
 	t := <-w.ch
 	if t.lead {
 		return c.lead(key, t.batch, write)

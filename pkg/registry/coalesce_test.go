@@ -33,7 +33,7 @@ func TestWriteCoalescer(t *testing.T) {
 			}
 			arrived := started.Load()
 			var got seqErr
-			if err := c.do(key, i, write); !errors.As(err, &got) {
+			if err := c.do(key, i, nil, write); !errors.As(err, &got) {
 				t.Errorf("caller %d: %v", i, err)
 				return
 			}
@@ -58,11 +58,11 @@ func TestWriteCoalescerPanic(t *testing.T) {
 	done := make(chan any)
 	go func() {
 		defer func() { done <- recover() }()
-		_ = c.do("k", 1, func() ([]int, error) { close(inWrite); <-release; panic("boom") })
+		_ = c.do("k", 1, nil, func() ([]int, error) { close(inWrite); <-release; panic("boom") })
 	}()
 	<-inWrite
 	waiter := make(chan error)
-	go func() { waiter <- c.do("k", 1, func() ([]int, error) { return nil, nil }) }()
+	go func() { waiter <- c.do("k", 1, nil, func() ([]int, error) { return nil, nil }) }()
 	for {
 		c.mu.Lock()
 		n := len(c.keys["k"].waiting)
@@ -80,7 +80,7 @@ func TestWriteCoalescerPanic(t *testing.T) {
 	if err := <-waiter; err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
-	if err := c.do("k", 1, func() ([]int, error) { return nil, nil }); err != nil {
+	if err := c.do("k", 1, nil, func() ([]int, error) { return nil, nil }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -104,7 +104,7 @@ func TestWriteCoalescerListedCallers(t *testing.T) {
 			inWrite, release := make(chan struct{}), make(chan struct{})
 			first := make(chan error, 1)
 			go func() {
-				first <- c.do("k", 10, func() ([]int, error) {
+				first <- c.do("k", 10, nil, func() ([]int, error) {
 					writes.Add(1)
 					close(inWrite)
 					<-release
@@ -117,7 +117,7 @@ func TestWriteCoalescerListedCallers(t *testing.T) {
 				ch := make(chan error, 1)
 				results[pid] = ch
 				go func() {
-					ch <- c.do("k", pid, func() ([]int, error) { writes.Add(1); return []int{10, 11, 12, 13}, nil })
+					ch <- c.do("k", pid, nil, func() ([]int, error) { writes.Add(1); return []int{10, 11, 12, 13}, nil })
 				}()
 			}
 			for {

@@ -15,15 +15,19 @@
 //
 // The accept loop never blocks on a client: every connection gets a goroutine with
 // deadlines. That goroutine first identifies the caller by what the kernel says — its
-// SO_PEERCRED PID and that PID's cgroup, i.e. its container — and every bound is kept per
-// caller: connections still reading their frame (MaxOpenConnsPerCaller), whole requests in
-// flight (MaxRequestsPerCaller); the global bounds only cap descriptors. Over a bound the
-// answer is BUSY with retry_after_ms, except that a request over its caller's in-flight bound
-// first waits for one of its caller's own slots (at most MaxOpenConnsPerCaller of them wait, each
-// at most LockTimeout): 64 processes of one container registering at once are served in turn
-// instead of most of them being sent away for 20 ms. One container's flood — stalled
-// connections, a pids.config it holds locked, requests naming made-up pods — therefore slows
-// only itself.
+// SO_PEERCRED PID and that PID's cgroup, i.e. its container and its pod — and every bound is
+// kept per caller and per pod (loads.go): connections still reading their frame
+// (MaxOpenConnsPerCaller, MaxOpenConnsPerPod), whole requests in flight (MaxRequestsPerCaller,
+// MaxRequestsPerPod); the node-wide bounds only cap descriptors. Over a bound the answer is
+// BUSY with retry_after_ms, except that a request over its caller's or pod's in-flight bound
+// first waits for one of their slots (at most MaxOpenConnsPerCaller of a caller's and
+// MaxOpenConnsPerPod of a pod's wait, each at most LockTimeout): 64 processes of one container
+// registering at once are served in turn instead of most of them being sent away for 20 ms. A
+// request waiting for its pids.config no longer counts against MaxRequests, and a newcomer over
+// MaxOpenConns takes the place of the newest stalled connection of the pod holding the most
+// (shedFor). One container's flood — stalled connections, a pids.config it holds locked,
+// requests naming made-up pods — therefore slows only itself and its pod, and many pods' floods
+// do not lock another container out.
 //
 // Concurrent writes of one pids.config are coalesced (coalesce.go): a registration is answered
 // by the first write that lists its process or started after it arrived.

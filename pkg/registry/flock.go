@@ -19,7 +19,8 @@ var blockedLocks = struct {
 }{m: map[fileID]chan struct{}{}}
 
 // lockExclusive takes flock(LOCK_EX) on fd (the file id) before ctx ends; past its deadline
-// the error is ErrLocked, once it is cancelled context.Canceled.
+// the error is ErrLocked, once it is cancelled context.Canceled. onWait, when not nil, is
+// called when the lock is not free at once, before each wait.
 //
 // The wait is a blocking flock(2) in a goroutine, on a dup of fd (the same open file
 // description, so the lock it takes is fd's), that the caller abandons when ctx ends: the
@@ -31,7 +32,7 @@ var blockedLocks = struct {
 // one descriptor, not one per registration. A blocking call rather than polling with
 // LOCK_NB: the kernel wakes it the moment the last reader lets go, where polling can keep
 // missing short gaps between readers that hold LOCK_SH most of the time.
-func lockExclusive(ctx context.Context, fd int, id fileID) error {
+func lockExclusive(ctx context.Context, fd int, id fileID, onWait func()) error {
 	for {
 		switch err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); {
 		case err == nil:
@@ -40,6 +41,9 @@ func lockExclusive(ctx context.Context, fd int, id fileID) error {
 			continue
 		case err != unix.EWOULDBLOCK:
 			return err
+		}
+		if onWait != nil {
+			onWait()
 		}
 		blockedLocks.mu.Lock()
 		prev, blocked := blockedLocks.m[id]

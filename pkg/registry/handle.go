@@ -9,13 +9,15 @@ import (
 )
 
 // handle answers one well-formed request, in the order of contract §5: target resolution
-// (RETRY / NOT_FOUND) → peer check (DENIED) → pids.config → OK.
-func (s *Server) handle(who caller, req Request) Response {
+// (RETRY / NOT_FOUND) → peer check (DENIED) → pids.config → OK. lockWait is called (maybe
+// more than once) when the request starts waiting for its pids.config: for another
+// registration's write of it, or for its lock.
+func (s *Server) handle(who caller, req Request, lockWait func()) Response {
 	var resp Response
 	if req.PerClaim() {
-		resp = s.registerForClaim(who, req)
+		resp = s.registerForClaim(who, req, lockWait)
 	} else {
-		resp = s.registerContainer(who, req)
+		resp = s.registerContainer(who, req, lockWait)
 	}
 	if resp.Status == StatusOK {
 		s.registered.add(who.peer.pid)
@@ -32,7 +34,7 @@ func (s *Server) handle(who caller, req Request) Response {
 }
 
 // registerContainer is the NRI path: the newest instance of (pod UID, container name).
-func (s *Server) registerContainer(who caller, req Request) Response {
+func (s *Server) registerContainer(who caller, req Request, lockWait func()) Response {
 	if s.deps.Containers == nil {
 		return Response{Status: StatusNotFound, Message: "this node registers containers by register UUID only (no NRI path)"}
 	}
@@ -71,8 +73,8 @@ func (s *Server) registerContainer(who caller, req Request) Response {
 	if !Within(who.cgroup, target) {
 		return Response{Status: StatusDenied, Message: fmt.Sprintf("the caller (pid %d) is not in the container %q of pod %s", who.peer.pid, req.ContainerName, req.PodUID)}
 	}
-	err := s.writes.do(ctr.ConfigDir+"\x00"+target, who.peer.pid, func() ([]int, error) {
-		return s.writePIDs(ctr.ConfigDir, func() ([]int, error) { return s.cgroups.PIDs(target) })
+	err := s.writes.do(ctr.ConfigDir+"\x00"+target, who.peer.pid, lockWait, func() ([]int, error) {
+		return s.writePIDs(ctr.ConfigDir, lockWait, func() ([]int, error) { return s.cgroups.PIDs(target) })
 	})
 	if err != nil {
 		return s.writeFailed(err, "container", ctr.ID, "claim", ctr.ClaimUID)
@@ -85,7 +87,7 @@ func (s *Server) registerContainer(who caller, req Request) Response {
 // every container registered for the claim. The optional pod_uid and container_name of the
 // request play no part: on this path nothing sets them for the container (an image may
 // carry stale values), and the cgroup is the authority on the caller's pod.
-func (s *Server) registerForClaim(who caller, req Request) Response {
+func (s *Server) registerForClaim(who caller, req Request, lockWait func()) Response {
 	if s.deps.Claims == nil {
 		return Response{Status: StatusNotFound, Message: "this node has no per-claim registrations"}
 	}
@@ -109,8 +111,8 @@ func (s *Server) registerForClaim(who caller, req Request) Response {
 		}
 	}
 	s.claimRegs.add(claim.UID, req.RegisterUUID, container)
-	err := s.writes.do(claim.ConfigDir, who.peer.pid, func() ([]int, error) {
-		return s.writePIDs(claim.ConfigDir, func() ([]int, error) { return s.claimRegs.pids(claim.UID, s.cgroups) })
+	err := s.writes.do(claim.ConfigDir, who.peer.pid, lockWait, func() ([]int, error) {
+		return s.writePIDs(claim.ConfigDir, lockWait, func() ([]int, error) { return s.claimRegs.pids(claim.UID, s.cgroups) })
 	})
 	if err != nil {
 		return s.writeFailed(err, "claim", claim.UID)
@@ -168,12 +170,12 @@ func (s *Server) checkReservation(claimUID, pod string) (resp Response, ok bool)
 }
 
 // writePIDs writes pids.config, waiting for its lock at most LockTimeout and not past the
-// server's stop, and returns the PIDs it wrote.
-func (s *Server) writePIDs(configDir string, list func() ([]int, error)) ([]int, error) {
+// server's stop (lockWait is called when it starts to wait), and returns the PIDs it wrote.
+func (s *Server) writePIDs(configDir string, lockWait func(), list func() ([]int, error)) ([]int, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.LockTimeout)
 	defer cancel()
 	var listed []int
-	err := WritePIDsConfig(ctx, configDir, func() ([]int, error) {
+	err := writePIDsConfig(ctx, configDir, lockWait, func() ([]int, error) {
 		var err error
 		listed, err = list()
 		return listed, err

@@ -27,6 +27,12 @@ var ErrLocked = errors.New("pids.config stayed locked")
 // writer is root. The lock is waited for until ctx ends: past its deadline the error wraps
 // ErrLocked, once it is cancelled context.Canceled.
 func WritePIDsConfig(ctx context.Context, configDir string, list func() ([]int, error)) error {
+	return writePIDsConfig(ctx, configDir, nil, list)
+}
+
+// writePIDsConfig is WritePIDsConfig that calls onWait, when not nil, before it waits for the
+// lock.
+func writePIDsConfig(ctx context.Context, configDir string, onWait func(), list func() ([]int, error)) error {
 	dfd, err := unix.Open(configDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open config dir %s: %w", configDir, err)
@@ -38,7 +44,7 @@ func WritePIDsConfig(ctx context.Context, configDir string, list func() ([]int, 
 		if err != nil {
 			return fmt.Errorf("open %s: %w", name, err)
 		}
-		retry, err := writeLocked(ctx, fd, dfd, created, name, list)
+		retry, err := writeLocked(ctx, fd, dfd, created, name, onWait, list)
 		_ = unix.Close(fd) // releases the lock
 		if !retry {
 			return err
@@ -69,7 +75,7 @@ func openPIDsFile(dfd int) (fd int, created bool, err error) {
 
 // writeLocked does the locked part of WritePIDsConfig on fd. retry is true when the file
 // was unlinked by another writer while this one waited for the lock.
-func writeLocked(ctx context.Context, fd, dfd int, created bool, name string, list func() ([]int, error)) (retry bool, err error) {
+func writeLocked(ctx context.Context, fd, dfd int, created bool, name string, onWait func(), list func() ([]int, error)) (retry bool, err error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return false, fmt.Errorf("stat %s: %w", name, err)
@@ -77,7 +83,7 @@ func writeLocked(ctx context.Context, fd, dfd int, created bool, name string, li
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 {
 		return false, fmt.Errorf("%s is not a regular file with one link (mode %o, %d links): refusing to write it", name, st.Mode, st.Nlink)
 	}
-	if err := lockExclusive(ctx, fd, fileID{uint64(st.Dev), uint64(st.Ino)}); err != nil {
+	if err := lockExclusive(ctx, fd, fileID{uint64(st.Dev), uint64(st.Ino)}, onWait); err != nil {
 		if created {
 			_ = unix.Unlinkat(dfd, contract.PIDsConfigName, 0) // never leave it empty
 		}

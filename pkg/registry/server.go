@@ -19,15 +19,20 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 )
 
-// Defaults of Config (contract §5, "Bounds"). The per-caller bounds are what keep one
-// container from slowing the others; the global ones only cap the process's descriptors and
-// goroutines, and reaching them takes MaxOpenConns/MaxOpenConnsPerCaller (64) or
-// MaxRequests/MaxRequestsPerCaller (64) containers flooding at once.
+// Defaults of Config (contract §5, "Bounds"). The per-caller and per-pod bounds are what keep
+// one container, and one pod, from slowing the others. A pod's bounds are four containers'
+// each at its own, so that a pod of several containers whose processes all register at once is
+// served in turn rather than refused. The node-wide ones only cap the process's descriptors
+// and goroutines: 16 pods each at its bound reach them, and then a newcomer takes the place of
+// the newest stalled connection of the pod holding the most (shedFor), and requests waiting
+// for a pids.config no longer count against MaxRequests.
 const (
 	DefaultMaxOpenConns          = 4096
 	DefaultMaxOpenConnsPerCaller = 64
+	DefaultMaxOpenConnsPerPod    = 4 * DefaultMaxOpenConnsPerCaller
 	DefaultMaxRequests           = 1024
 	DefaultMaxRequestsPerCaller  = 16
+	DefaultMaxRequestsPerPod     = 4 * DefaultMaxRequestsPerCaller
 	DefaultLockTimeout           = time.Second
 	DefaultStopGrace             = time.Second
 	DefaultRetryAfterUnsynced    = 100 * time.Millisecond
@@ -42,8 +47,9 @@ const (
 	// is the retry_after_ms answered when it could not tell (contract §5).
 	DefaultHolderTimeout           = 2 * time.Second
 	DefaultRetryAfterHolderUnknown = 200 * time.Millisecond
-	// maxBusyAnswers bounds the goroutines that answer BUSY to connections over
-	// MaxOpenConns; past it the accept loop answers them itself.
+	// maxBusyAnswers bounds the goroutines that take connections over MaxOpenConns (each
+	// serves its connection in the place of one it sheds, or answers it BUSY); past it the
+	// accept loop answers them BUSY itself.
 	maxBusyAnswers = 256
 )
 
@@ -52,13 +58,18 @@ type Config struct {
 	// Socket is the socket path, claimdir.Layout.RegistrySocket() (contract §5).
 	Socket string
 	// MaxOpenConnsPerCaller bounds the connections of one caller (one container: its
-	// cgroup, see callerKey) still reading their frame; MaxOpenConns those of all callers.
+	// cgroup, see callerKeys) still reading their frame, MaxOpenConnsPerPod those of one pod's
+	// callers, MaxOpenConns those of all callers. They also bound the requests waiting for an
+	// in-flight slot, per caller and per pod.
 	MaxOpenConns          int
 	MaxOpenConnsPerCaller int
-	// MaxRequestsPerCaller bounds one caller's whole requests in flight; MaxRequests those
-	// of all callers.
+	MaxOpenConnsPerPod    int
+	// MaxRequestsPerCaller bounds one caller's whole requests in flight, MaxRequestsPerPod
+	// those of one pod's callers, MaxRequests those of all callers — without the requests
+	// waiting for a pids.config (its lock, or another registration's write of it).
 	MaxRequests          int
 	MaxRequestsPerCaller int
+	MaxRequestsPerPod    int
 	// LockTimeout bounds the wait for pids.config's lock (a reader in the container holds
 	// it); past it the registration is answered RETRY.
 	LockTimeout time.Duration
@@ -104,6 +115,9 @@ func (c *Config) setDefaults() {
 	def(&c.MaxOpenConnsPerCaller, DefaultMaxOpenConnsPerCaller)
 	def(&c.MaxRequests, DefaultMaxRequests)
 	def(&c.MaxRequestsPerCaller, DefaultMaxRequestsPerCaller)
+	// A pod's bounds follow its callers' where only those are set.
+	def(&c.MaxOpenConnsPerPod, DefaultMaxOpenConnsPerPod/DefaultMaxOpenConnsPerCaller*c.MaxOpenConnsPerCaller)
+	def(&c.MaxRequestsPerPod, DefaultMaxRequestsPerPod/DefaultMaxRequestsPerCaller*c.MaxRequestsPerCaller)
 	defD(&c.LockTimeout, DefaultLockTimeout)
 	defD(&c.StopGrace, DefaultStopGrace)
 	defD(&c.HeaderTimeout, contract.RegistryHeaderTimeout)
@@ -119,6 +133,15 @@ func (c *Config) setDefaults() {
 	defD(&c.RefreshInterval, DefaultRefreshInterval)
 	defD(&c.HolderTimeout, DefaultHolderTimeout)
 	defD(&c.RetryAfterHolderUnknown, DefaultRetryAfterHolderUnknown)
+}
+
+// limits are the per-caller and per-pod bounds that loads keeps.
+func (c *Config) limits() limits {
+	return limits{
+		readingPerCaller: c.MaxOpenConnsPerCaller, readingPerPod: c.MaxOpenConnsPerPod,
+		inFlightPerCaller: c.MaxRequestsPerCaller, inFlightPerPod: c.MaxRequestsPerPod,
+		waitingPerCaller: c.MaxOpenConnsPerCaller, waitingPerPod: c.MaxOpenConnsPerPod,
+	}
 }
 
 // Deps are what the server asks and writes through.
@@ -146,10 +169,11 @@ type Server struct {
 	ctx     context.Context // ends when the server stops: every wait of a handler ends with it
 	cancel  context.CancelFunc
 
+	accepted   atomic.Int64 // connections accepted so far: their order (connState.seq)
 	reading    atomic.Int64 // connections still reading their frame, all callers
-	answering  atomic.Int64 // BUSY answers to connections over MaxOpenConns
+	answering  atomic.Int64 // goroutines taking connections over MaxOpenConns (overBound)
 	requests   chan struct{}
-	callers    *callerLoads
+	loads      *loads
 	identities *identities // known callers, while they live
 	claimRegs  *claimRegistrations
 	reserved   *reservations // nil without Deps.Reservations
@@ -161,7 +185,7 @@ type Server struct {
 	current   *listener
 	ino       uint64 // inode of our socket at cfg.Socket
 	takenOver bool
-	conns     map[*net.UnixConn]*atomic.Bool // open connections → still reading their frame
+	conns     map[*net.UnixConn]*connState // open connections
 	stopped   bool
 
 	wg           sync.WaitGroup
@@ -177,8 +201,8 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, deps: deps, logger: klog.FromContext(ctx).WithName("registry"),
-		requests: make(chan struct{}, cfg.MaxRequests), callers: newCallerLoads(), identities: newIdentities(),
-		claimRegs: newClaimRegistrations(), writes: newWriteCoalescer(), conns: map[*net.UnixConn]*atomic.Bool{},
+		requests: make(chan struct{}, cfg.MaxRequests), loads: newLoads(cfg.limits()), identities: newIdentities(),
+		claimRegs: newClaimRegistrations(), writes: newWriteCoalescer(), conns: map[*net.UnixConn]*connState{},
 		registered: newRegistered("/proc"),
 	}
 	if deps.Reservations != nil {
@@ -283,9 +307,9 @@ func (s *Server) shutdown() {
 	// Connections still reading their frame stop reading now and are answered RETRY;
 	// handlers waiting for a lock or an API read end with s.ctx.
 	s.mu.Lock()
-	for c, reading := range s.conns {
-		if reading.Load() {
-			_ = c.SetReadDeadline(time.Now())
+	for _, cs := range s.conns {
+		if cs.reading.Load() {
+			cs.cutShort()
 		}
 	}
 	s.mu.Unlock()

@@ -124,6 +124,46 @@ func TestOneTenantCannotTakeEveryRequestSlot(t *testing.T) {
 	stopWithin(t, s)
 }
 
+// TestLockWaitsDoNotFillTheNodeBound: a container holds LOCK_SH on its own pids.config and
+// has 16 registrations waiting for it, more than the node's bound on requests in flight (8
+// here). Waiting for its own lock slows only that container: a registration of a container of
+// another pod, and one of another container of the same pod, are answered OK.
+func TestLockWaitsDoNotFillTheNodeBound(t *testing.T) {
+	h := rt.Hierarchies(t)[0]
+	kube := rt.NewCgroup(t, h)
+	tenant := kube.Sub(t, "kubepods/besteffort/pod"+podA+"/ctr-t")
+	lockedDir := configDir(t, shortDir(t), "locked")
+	lock := pidsFile(t, lockedDir)
+	cs := newContainers()
+	cs.set(podA, "tenant", registry.Container{ConfigDir: lockedDir, Cgroup: tenant.Path}, true)
+	others := map[string]rt.Cgroup{}
+	for name, pod := range map[string]string{"sibling": podA, "other-pod": podB} {
+		cg := kube.Sub(t, "kubepods/besteffort/pod"+pod+"/ctr-"+name)
+		cs.set(pod, name, registry.Container{ConfigDir: configDir(t, shortDir(t), name), Cgroup: cg.Path}, true)
+		others[name] = cg
+	}
+	const waiting = 16
+	s := startServer(t, registry.Config{MaxRequests: 8, MaxRequestsPerCaller: waiting, LockTimeout: time.Minute},
+		registry.Deps{Containers: cs, Cgroups: &h})
+	holder := rt.StartChild(t, tenant, rt.Spec{Socket: s.Socket(), Lock: lock, Count: waiting, Once: true,
+		Request: registry.Request{PodUID: podA, ContainerName: "tenant"}})
+	holder.Ready(t)
+	waitFor(t, "the tenant's registrations to reach the server", func() bool {
+		return registry.Accepted(s) >= waiting && registry.Reading(s) == 0
+	})
+	for name, cg := range others {
+		pod := podA
+		if name == "other-pod" {
+			pod = podB
+		}
+		c := rt.StartChild(t, cg, rt.Spec{Socket: s.Socket(), Count: 1, Once: true, Request: registry.Request{PodUID: pod, ContainerName: name}})
+		if rep := c.Report(t); rep.Statuses[0] != "OK" {
+			t.Errorf("registration of the %s container while the tenant waits for its lock %d times: %s %s; want OK", name, waiting, rep.Statuses[0], rep.Messages[0])
+		}
+	}
+	stopWithin(t, s)
+}
+
 // TestIdleFloodFromOneTenantDoesNotLockOthersOut: one process opens more stalled connections
 // than the server's bound on open connections; a registration from another container is
 // still answered OK.

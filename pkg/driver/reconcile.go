@@ -23,24 +23,41 @@ import (
 
 // RunReconcile reconciles at once and then every interval until ctx ends (interval ≤ 0: once).
 // API errors are counted and logged; the next pass tries again.
+// A pass that had to leave stale claims because it could not tell yet whether containers use
+// them (the NRI cache is rebuilt only once the runtime has synchronized, which may come after
+// the start-up pass) runs again after deferredRetry, for at most deferredRetries passes, before
+// the regular interval takes over.
+const (
+	deferredRetry   = time.Second
+	deferredRetries = 120
+)
+
 func (d *Driver) RunReconcile(ctx context.Context, interval time.Duration) {
 	logger := klog.FromContext(ctx).WithName("reconcile")
 	ctx = klog.NewContext(ctx, logger)
+	retries := 0
 	for {
-		n, err := d.Reconcile(ctx)
+		n, deferred, err := d.reconcile(ctx)
 		switch {
 		case err != nil:
 			logger.Error(err, "Reconciling prepared claims with the API server failed; the next pass tries again", "unprepared", n)
 		case n > 0:
 			logger.Info("Unprepared claims that are no longer in use on this node", "unprepared", n)
 		}
-		if interval <= 0 {
+		wait := interval
+		if deferred > 0 && retries < deferredRetries {
+			retries++
+			wait = deferredRetry
+		} else if deferred == 0 {
+			retries = 0
+		}
+		if wait <= 0 {
 			return
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(interval):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -50,11 +67,16 @@ func (d *Driver) RunReconcile(ctx context.Context, interval time.Duration) {
 // of the node still runs with it (inuse.go). One pass runs at a time. It returns how many
 // it unprepared and the first error (each claim is tried whatever happened to the others).
 func (d *Driver) Reconcile(ctx context.Context) (int, error) {
+	n, _, err := d.reconcile(ctx)
+	return n, err
+}
+
+// reconcile is Reconcile; deferred counts the stale claims left because whether containers
+// use them was not known yet.
+func (d *Driver) reconcile(ctx context.Context) (unprepared, deferred int, firstErr error) {
 	if d.deps.Claims == nil {
-		return 0, nil
+		return 0, 0, nil
 	}
-	var firstErr error
-	unprepared := 0
 	kept := map[string]bool{} // stale claims kept for their running containers
 	defer d.forgetInUse(kept)
 	for uid, c := range d.deps.Checkpoint.Snapshot().Claims {
@@ -80,6 +102,7 @@ func (d *Driver) Reconcile(ctx context.Context) (int, error) {
 			if err != nil {
 				klog.FromContext(ctx).V(2).Info("Leaving a stale claim for the next pass: whether containers still use it is not known yet", "claim", klog.KRef(c.Namespace, c.Name), "uid", uid, "reason", reason, "cause", err.Error())
 				kept[uid] = d.isKeptInUse(uid)
+				deferred++
 				continue
 			}
 			if len(users) > 0 {
@@ -103,7 +126,7 @@ func (d *Driver) Reconcile(ctx context.Context) (int, error) {
 			unprepared++
 		}
 	}
-	return unprepared, firstErr
+	return unprepared, deferred, firstErr
 }
 
 // staleReason says why a claim prepared here is no longer in use on this node, "" when it is:

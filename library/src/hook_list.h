@@ -27,6 +27,9 @@
 	X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, 1)  \
 	X(cuMemCreate, cuMemCreate, 10020, 0)                               \
 	X(cuMemRelease, cuMemRelease, 10020, 0)                             \
+	X(cuMemMap, cuMemMap, 10020, 0)                                     \
+	X(cuMemUnmap, cuMemUnmap, 10020, 0)                                 \
+	X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0) \
 	X(cuMemFree, cuMemFree, 2000, 0)                                    \
 	X(cuMemFree_v2, cuMemFree, 3020, 0)                                 \
 	X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                         \

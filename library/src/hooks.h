@@ -32,6 +32,10 @@ VGPU_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t byte
 VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 				 const CUmemAllocationProp *prop, unsigned long long flags);
 VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+VGPU_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+			      unsigned long long flags);
+VGPU_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+VGPU_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
 VGPU_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr);
 VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr);
 VGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);

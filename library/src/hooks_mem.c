@@ -1,4 +1,5 @@
-/* Allocation, free and memory-info hooks of the CUDA driver API. */
+/* Allocation, free and memory-info hooks of the CUDA driver API (the virtual memory API's:
+ * hooks_vmm.c). */
 #include <limits.h>
 
 #include "hook_table.h"
@@ -120,31 +121,6 @@ ALLOC_ASYNC(cuMemAllocFromPoolAsync, (CUdeviceptr * dptr, size_t bytesize, CUmem
 	    dptr, bytesize, pool, stream)
 ALLOC_ASYNC(cuMemAllocFromPoolAsync_ptsz,
 	    (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream stream), dptr, bytesize, pool, stream)
-
-CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-		     unsigned long long flags)
-{
-	REAL_OR_FAIL(real, cuMemCreate);
-	int ordinal = -1;
-	if (prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-		ordinal = prop->location.id;
-	struct vgpu_mem_op op;
-	CUresult r = vgpu_mem_reserve(ordinal, size, &op);
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = real(handle, size, prop, flags);
-	vgpu_mem_commit(&op, r, VGPU_ALLOC_VMM_HANDLE, r == CUDA_SUCCESS ? *handle : 0);
-	return r;
-}
-
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
-{
-	REAL_OR_FAIL(real, cuMemRelease);
-	CUresult r = real(handle);
-	if (r == CUDA_SUCCESS)
-		vgpu_mem_forget(VGPU_ALLOC_VMM_HANDLE, handle);
-	return r;
-}
 
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {

@@ -75,7 +75,8 @@ void vgpu_mem_commit(const struct vgpu_mem_op *op, CUresult result, enum vgpu_al
 				       (unsigned long long)op->reserved);
 		return;
 	}
-	if (vgpu_alloc_map_put(kind, key, op->reserved, op->index) != 0)
+	struct vgpu_alloc a = { .bytes = op->reserved, .dev = op->index, .refs = kind == VGPU_ALLOC_VMM_HANDLE };
+	if (vgpu_alloc_map_put(kind, key, &a) != 0)
 		vgpu_log_error("out of memory recording an allocation: its %llu bytes stay counted until exit",
 			       (unsigned long long)op->reserved);
 }
@@ -92,16 +93,25 @@ CUresult vgpu_mem_grow(struct vgpu_mem_op *op, uint64_t actual)
 	return CUDA_SUCCESS;
 }
 
-void vgpu_mem_forget(enum vgpu_alloc_kind kind, uint64_t key)
+int vgpu_mem_enforcing(void)
 {
-	uint64_t bytes;
-	int index;
-	if (atomic_load_explicit(&vgpu_rt.mode, memory_order_acquire) != VGPU_MODE_ENFORCE)
-		return;
-	if (!vgpu_alloc_map_take(kind, key, &bytes, &index))
-		return; /* not ours: allocated before the hooks saw it, or unlimited */
+	return atomic_load_explicit(&vgpu_rt.mode, memory_order_acquire) == VGPU_MODE_ENFORCE;
+}
+
+void vgpu_mem_credit(int index, uint64_t bytes)
+{
 	if (vgpu_ledger_release(&vgpu_rt.ledger, index, bytes) != 0)
 		vgpu_log_error("cannot give %llu bytes back to the memory ledger", (unsigned long long)bytes);
+}
+
+void vgpu_mem_forget(enum vgpu_alloc_kind kind, uint64_t key)
+{
+	struct vgpu_alloc a;
+	if (!vgpu_mem_enforcing())
+		return;
+	if (!vgpu_alloc_map_take(kind, key, &a))
+		return; /* not ours: allocated before the hooks saw it, or unlimited */
+	vgpu_mem_credit(a.dev, a.bytes);
 }
 
 int vgpu_mem_view(int index, uint64_t *limit, uint64_t *used)

@@ -29,6 +29,12 @@ CUresult vgpu_mem_grow(struct vgpu_mem_op *op, uint64_t actual);
 /* After a successful free of key. */
 void vgpu_mem_forget(enum vgpu_alloc_kind kind, uint64_t key);
 
+/* Gives bytes accounted on a config position back to the ledger (a free that took effect). */
+void vgpu_mem_credit(int index, uint64_t bytes);
+
+/* Whether the process enforces (the hooks keep books only then). */
+int vgpu_mem_enforcing(void);
+
 /* Limit and container usage on an env index for the memory-info hooks: 0 if the index
  * is limited (then *limit and *used are set), -1 if not limited or not enforcing. */
 int vgpu_mem_view(int index, uint64_t *limit, uint64_t *used);

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "paths.h"
 #include "registry_client.h"
+#include "vmm_account.h"
 
 #ifndef VGPU_VERSION
 #define VGPU_VERSION "dev"
@@ -45,6 +46,7 @@ static void after_fork_in_child(void)
 {
 	vgpu_ledger_forget(&vgpu_rt.ledger);
 	vgpu_alloc_map_reset();
+	vgpu_vmm_reset();
 	atomic_store(&vgpu_rt.cuda_mapped, 0);
 	atomic_store(&vgpu_rt.launch_gate, VGPU_GATE_UNKNOWN);
 	atomic_store(&vgpu_rt.refusal_printed, 0);

@@ -29,9 +29,6 @@
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
 			     unsigned long long flags);
-CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
-		  unsigned long long flags);
-CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 
 static double now_ns(void)
 {

@@ -3,7 +3,7 @@
  * vgpu.config the plugin would write, and the env the plugin injects (which the library
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
- *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin> */
+ *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -873,6 +873,42 @@ static void test_stdin(void)
 	root_teardown(&r);
 }
 
+/* The virtual memory API: the driver frees a handle's memory when its last reference and its
+ * last mapping are gone. The CUDA Programming Guide releases the handle right after mapping
+ * it; in a loop that must stop at the limit (it used to run until the device was full: the
+ * release gave the bytes back while they stayed mapped). */
+static void test_vmm(void)
+{
+	struct root r;
+	root_setup(&r, "OK");
+	struct run res;
+	run(&r, LIBVGPU_TEST, PROBE("vmm", "16", "64"), NULL, &res);
+	CHECK_STR_CONTAINS(res.out, "vmm mapped 16 x 16 MiB, then 2\n"); /* 256 MiB: cuMemCreate refused */
+	CHECK_STR_CONTAINS(res.out, "alloc 16 MiB = 2");                  /* full while mapped */
+	CHECK_STR_CONTAINS(res.out, "unmapped 16\n");
+	CHECK_STR_CONTAINS(res.out, "after unmap alloc 256 MiB = 0");     /* the last unmap gives back */
+	struct fake_state *fs = map_fake(&r);
+	CHECK(fs != NULL && fs->peak[0] <= 256 * MiB, "the device held %llu MiB for a 256 MiB limit",
+	      fs ? (unsigned long long)(fs->peak[0] / MiB) : 0ull);
+	if (fs)
+		munmap(fs, sizeof(*fs));
+
+	/* references: a retained handle and a second mapping keep the memory charged */
+	run(&r, LIBVGPU_TEST, PROBE("vmmrefs", "200"), NULL, &res);
+	CHECK(strstr(res.out, "retain = 0") && strstr(res.out, "release = 0") && strstr(res.out, "unmap = 0"), "%s%s",
+	      res.out, res.err);
+	CHECK_STR_CONTAINS(res.out, "retained, released once, unmapped: alloc 200 MiB = 2");
+	CHECK_STR_CONTAINS(res.out, "both references released: alloc 200 MiB = 0");
+	CHECK_STR_CONTAINS(res.out, "mapped twice, released, one unmapped: alloc 200 MiB = 2");
+	CHECK_STR_CONTAINS(res.out, "both mappings gone: alloc 200 MiB = 0");
+	fs = map_fake(&r);
+	CHECK(fs != NULL && fs->peak[0] <= 256 * MiB, "the device held %llu MiB for a 256 MiB limit",
+	      fs ? (unsigned long long)(fs->peak[0] / MiB) : 0ull);
+	if (fs)
+		munmap(fs, sizeof(*fs));
+	root_teardown(&r);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
@@ -881,6 +917,7 @@ int main(int argc, char **argv)
 		{ "reconcile", test_reconcile }, { "prodlib", test_prodlib }, { "corelimit", test_corelimit },
 		{ "envignored", test_envignored }, { "noconfig", test_noconfig }, { "forgedconfig", test_forgedconfig }, { "index16", test_index16 },
 		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork }, { "stdin", test_stdin },
+		{ "vmm", test_vmm },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

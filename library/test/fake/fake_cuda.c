@@ -1,7 +1,9 @@
 /* TEST DOUBLE: a fake libcuda.so.1 with exactly the entry points libvgpu hooks or calls,
  * plus what the test programs need (contexts, synchronisation). Device memory is host
  * memory; usage is recorded per process in the shared state (fake_state.h); a launch
- * occupies the device for blocks * FAKE_NS_PER_BLOCK ns, serialised like one GPU. */
+ * occupies the device for blocks * FAKE_NS_PER_BLOCK ns, serialised like one GPU. The
+ * virtual memory API is in fake_vmm.c, streams, events and stream-ordered frees in
+ * fake_stream.c. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +31,7 @@ static CUresult record(uint64_t key, uint64_t bytes, int dev, void *host)
 		allocs = n;
 		capallocs = ncap;
 	}
-	allocs[nallocs++] = (struct fake_alloc){ key, bytes, dev, host, 1, 0 };
+	allocs[nallocs++] = (struct fake_alloc){ key, bytes, dev, host, 1, 0, 0 };
 	return CUDA_SUCCESS;
 }
 
@@ -190,6 +192,15 @@ API CUresult cuCtxSynchronize(void)
 		struct timespec ts = { (time_t)((until - now) / 1000000000ull), (long)((until - now) % 1000000000ull) };
 		nanosleep(&ts, NULL);
 	}
+	fake_streams_drain();
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxGetCurrent(CUcontext *ctx)
+{
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	*ctx = current_ordinal < 0 ? NULL : (CUcontext)(uintptr_t)(current_ordinal + 1);
 	return CUDA_SUCCESS;
 }
 
@@ -323,8 +334,6 @@ API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CU
 
 API CUresult cuMemFree_v2(CUdeviceptr dptr) { return fake_free_key(dptr); }
 API CUresult cuMemFree(CUdeviceptr_v1 dptr) { return fake_free_key(dptr); }
-API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { (void)s; return fake_free_key(dptr); }
-API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { (void)s; return fake_free_key(dptr); }
 
 static uint64_t ns_per_block(void)
 {
@@ -420,6 +429,16 @@ static const struct proc_entry proc_table[] = {
 	E(cuCtxCreate, cuCtxCreate_v2, 3020, 0),
 	E(cuCtxGetDevice, cuCtxGetDevice, 2000, 0),
 	E(cuCtxSynchronize, cuCtxSynchronize, 2000, 0),
+	E(cuCtxGetCurrent, cuCtxGetCurrent, 2000, 0),
+	E(cuStreamCreate, cuStreamCreate, 2000, 0),
+	E(cuStreamSynchronize, cuStreamSynchronize, 2000, 0),
+	E(cuStreamQuery, cuStreamQuery, 2000, 0),
+	E(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0),
+	E(cuStreamWaitValue32, cuStreamWaitValue32, 8000, 0),
+	E(cuEventCreate, cuEventCreate, 2000, 0),
+	E(cuEventRecord, cuEventRecord, 2000, 0),
+	E(cuEventQuery, cuEventQuery, 2000, 0),
+	E(cuEventDestroy, cuEventDestroy_v2, 4000, 0),
 	E(cuMemGetInfo, cuMemGetInfo, 2000, 0),
 	E(cuMemGetInfo, cuMemGetInfo_v2, 3020, 0),
 	E(cuMemAlloc, cuMemAlloc, 2000, 0),

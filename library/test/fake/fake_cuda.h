@@ -1,5 +1,6 @@
 /* TEST DOUBLE: what the fake libcuda.so.1's files share (fake_cuda.c: devices, contexts,
- * allocations, launches; fake_vmm.c: virtual memory management). Not part of any API. */
+ * allocations, launches; fake_vmm.c: virtual memory management; fake_stream.c: streams,
+ * events, stream-ordered frees). Not part of any API. */
 #ifndef FAKE_CUDA_H
 #define FAKE_CUDA_H
 
@@ -20,6 +21,7 @@ struct fake_alloc {
 	void *host;
 	uint32_t refs; /* VMM handles: references the application holds */
 	uint32_t maps; /* VMM handles: mappings of it */
+	int freeing;   /* a stream-ordered free of it is queued */
 };
 
 int fake_initialised(void);
@@ -43,5 +45,19 @@ API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericA
 		  unsigned long long flags);
 API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+
+/* Streams (fake_stream.c): cuCtxSynchronize runs every stream as far as it can go. */
+void fake_streams_drain(void);
+API CUresult cuStreamCreate(CUstream *stream, unsigned int flags);
+API CUresult cuStreamSynchronize(CUstream stream);
+API CUresult cuStreamQuery(CUstream stream);
+API CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status);
+API CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, uint32_t value, unsigned int flags);
+API CUresult cuEventCreate(CUevent *event, unsigned int flags);
+API CUresult cuEventRecord(CUevent event, CUstream stream);
+API CUresult cuEventQuery(CUevent event);
+API CUresult cuEventDestroy_v2(CUevent event);
+API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
 
 #endif

@@ -55,10 +55,17 @@
 	X(nvmlDeviceGetComputeRunningProcesses_v3)
 
 /* Functions of the driver the hooks call without hooking them. */
-#define VGPU_CUDA_USED(X)   \
-	X(cuCtxGetDevice)   \
-	X(cuDeviceGetCount) \
-	X(cuDeviceGetUuid)
+#define VGPU_CUDA_USED(X)      \
+	X(cuCtxGetDevice)      \
+	X(cuDeviceGetCount)    \
+	X(cuDeviceGetUuid)     \
+	X(cuCtxGetCurrent)     \
+	X(cuStreamIsCapturing) \
+	X(cuStreamSynchronize) \
+	X(cuEventCreate)       \
+	X(cuEventRecord)       \
+	X(cuEventQuery)        \
+	X(cuEventDestroy_v2)
 
 #define VGPU_NVML_USED(X)                     \
 	X(nvmlDeviceGetHandleByUUID)          \

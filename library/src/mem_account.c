@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 
 #include "clock.h"
+#include "free_queue.h"
 #include "log.h"
 #include "nvml_usage.h"
 #include "runtime.h"
@@ -55,7 +56,16 @@ CUresult vgpu_mem_reserve(int ordinal, uint64_t bytes, struct vgpu_mem_op *op)
 	if (limit == 0)
 		return CUDA_SUCCESS;
 	maybe_reconcile(index, RECONCILE_ALLOC_NS);
+	vgpu_free_queue_poll();
 	int r = vgpu_ledger_reserve(&vgpu_rt.ledger, index, bytes, limit);
+	/* over the limit while frees are queued on the GPU: the stream usually gets there soon */
+	for (uint64_t deadline = 0; r == 1;) {
+		if (deadline == 0)
+			deadline = vgpu_now_ns() + VGPU_FREE_WAIT_NS;
+		if (!vgpu_free_queue_wait(index, deadline))
+			break;
+		r = vgpu_ledger_reserve(&vgpu_rt.ledger, index, bytes, limit);
+	}
 	if (r == 1)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (r != 0)
@@ -104,14 +114,19 @@ void vgpu_mem_credit(int index, uint64_t bytes)
 		vgpu_log_error("cannot give %llu bytes back to the memory ledger", (unsigned long long)bytes);
 }
 
-void vgpu_mem_forget(enum vgpu_alloc_kind kind, uint64_t key)
+int vgpu_mem_free_begin(enum vgpu_alloc_kind kind, uint64_t key, struct vgpu_alloc *a)
 {
-	struct vgpu_alloc a;
-	if (!vgpu_mem_enforcing())
-		return;
-	if (!vgpu_alloc_map_take(kind, key, &a))
-		return; /* not ours: allocated before the hooks saw it, or unlimited */
-	vgpu_mem_credit(a.dev, a.bytes);
+	/* not ours: allocated before the hooks saw it, or unlimited */
+	return vgpu_mem_enforcing() && vgpu_alloc_map_take(kind, key, a);
+}
+
+void vgpu_mem_free_end(enum vgpu_alloc_kind kind, uint64_t key, const struct vgpu_alloc *a, CUresult result)
+{
+	if (result == CUDA_SUCCESS)
+		vgpu_mem_credit(a->dev, a->bytes);
+	else if (vgpu_alloc_map_put(kind, key, a) != 0)
+		vgpu_log_error("out of memory recording an allocation: its %llu bytes stay counted until exit",
+			       (unsigned long long)a->bytes);
 }
 
 int vgpu_mem_view(int index, uint64_t *limit, uint64_t *used)
@@ -119,6 +134,7 @@ int vgpu_mem_view(int index, uint64_t *limit, uint64_t *used)
 	if (index < 0 || atomic_load(&vgpu_rt.mode) != VGPU_MODE_ENFORCE || vgpu_rt.cfg.dev[index].mem_limit == 0)
 		return -1;
 	maybe_reconcile(index, RECONCILE_VIEW_NS);
+	vgpu_free_queue_poll();
 	uint64_t hooked;
 	if (vgpu_ledger_usage(&vgpu_rt.ledger, index, &hooked, used) != 0)
 		return -1;

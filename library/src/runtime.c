@@ -18,6 +18,7 @@
 #include "sys_stat.h"
 #include "core_file.h"
 #include "env_config.h"
+#include "free_queue.h"
 #include "hook_table.h"
 #include "hooks.h"
 #include "log.h"
@@ -47,6 +48,7 @@ static void after_fork_in_child(void)
 	vgpu_ledger_forget(&vgpu_rt.ledger);
 	vgpu_alloc_map_reset();
 	vgpu_vmm_reset();
+	vgpu_free_queue_reset();
 	atomic_store(&vgpu_rt.cuda_mapped, 0);
 	atomic_store(&vgpu_rt.launch_gate, VGPU_GATE_UNKNOWN);
 	atomic_store(&vgpu_rt.refusal_printed, 0);

@@ -3,7 +3,7 @@
  * vgpu.config the plugin would write, and the env the plugin injects (which the library
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
- *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm> */
+ *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm|asyncfree> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -909,6 +909,30 @@ static void test_vmm(void)
 	root_teardown(&r);
 }
 
+/* A stream-ordered free runs when its stream reaches it, and only then does the driver have the
+ * memory back: queued behind work that does not end, its bytes stay charged (they used to be
+ * given back when the free was queued), and come back once the stream has gone past it. */
+static void test_asyncfree(void)
+{
+	static const char *const variants[] = { "stream", "ptsz" };
+	for (size_t i = 0; i < 2; i++) {
+		struct root r;
+		root_setup(&r, "OK");
+		struct run res;
+		run(&r, LIBVGPU_TEST, PROBE("asyncfree", "200", (char *)variants[i]), NULL, &res);
+		CHECK(strstr(res.out, "allocAsync 200 MiB = 0") && strstr(res.out, "freeAsync = 0"), "%s: %s%s", variants[i],
+		      res.out, res.err);
+		CHECK(strstr(res.out, "free queued, stream held: alloc 200 MiB = 2"), "%s: %s", variants[i], res.out);
+		CHECK(strstr(res.out, "stream let go: alloc 200 MiB = 0"), "%s: %s", variants[i], res.out);
+		struct fake_state *fs = map_fake(&r);
+		CHECK(fs != NULL && fs->peak[0] <= 256 * MiB, "%s: the device held %llu MiB for a 256 MiB limit", variants[i],
+		      fs ? (unsigned long long)(fs->peak[0] / MiB) : 0ull);
+		if (fs)
+			munmap(fs, sizeof(*fs));
+		root_teardown(&r);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
@@ -917,7 +941,7 @@ int main(int argc, char **argv)
 		{ "reconcile", test_reconcile }, { "prodlib", test_prodlib }, { "corelimit", test_corelimit },
 		{ "envignored", test_envignored }, { "noconfig", test_noconfig }, { "forgedconfig", test_forgedconfig }, { "index16", test_index16 },
 		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork }, { "stdin", test_stdin },
-		{ "vmm", test_vmm },
+		{ "vmm", test_vmm }, { "asyncfree", test_asyncfree },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -15,6 +15,10 @@
  *                        fails or <max> rounds; then allocate, unmap everything, allocate again
  *   vmmrefs <MiB>        a handle retained from its mapping, a handle mapped twice: what stays
  *                        charged after each release and unmap
+ *   asyncfree <MiB> <stream|ptsz>  a stream-ordered free queued behind a wait that does not
+ *                        end: allocate <MiB> while it is queued, then let the stream go on and
+ *                        allocate again (on a stream of its own, or the per-thread default
+ *                        stream through the _ptsz entry points)
  *   launch <seconds> <blocks>  launch kernels back to back (core-limit measurement)
  *   stdin                cuInit, an allocation, then read a line from stdin and print it
  * Results are printed, never asserted here: the harness asserts what it reads. */
@@ -32,6 +36,8 @@
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
 CUresult cuCtxSynchronize(void);
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
+CUresult cuStreamCreate(CUstream *stream, unsigned int flags);
+CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, uint32_t value, unsigned int flags);
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
 			     unsigned long long flags);
 
@@ -401,6 +407,29 @@ static int cmd_vmmrefs(uint64_t mib)
 	return 0;
 }
 
+static int cmd_asyncfree(uint64_t mib, const char *variant)
+{
+	setup();
+	int ptsz = strcmp(variant, "ptsz") == 0;
+	CUstream s = NULL;
+	if (!ptsz && cuStreamCreate(&s, 0) != CUDA_SUCCESS)
+		return 13;
+	static volatile uint32_t go;
+	if (cuStreamWaitValue32(ptsz ? CU_STREAM_PER_THREAD : s, (CUdeviceptr)(uintptr_t)&go, 1, CU_STREAM_WAIT_VALUE_GEQ) !=
+	    CUDA_SUCCESS)
+		return 14;
+	CUdeviceptr p;
+	uint64_t bytes = mib * MiB;
+	CUresult r = ptsz ? cuMemAllocAsync_ptsz(&p, bytes, NULL) : cuMemAllocAsync(&p, bytes, s);
+	printf("allocAsync %" PRIu64 " MiB = %d\n", mib, r);
+	r = ptsz ? cuMemFreeAsync_ptsz(p, NULL) : cuMemFreeAsync(p, s);
+	printf("freeAsync = %d\n", r);
+	say_alloc("free queued, stream held", bytes);
+	__atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+	say_alloc("stream let go", bytes);
+	return 0;
+}
+
 static int cmd_stdin(void)
 {
 	setup();
@@ -450,6 +479,8 @@ int main(int argc, char **argv)
 		return cmd_vmm(strtoull(argv[2], NULL, 10), atoi(argv[3]));
 	if (argc >= 3 && strcmp(argv[1], "vmmrefs") == 0)
 		return cmd_vmmrefs(strtoull(argv[2], NULL, 10));
+	if (argc >= 4 && strcmp(argv[1], "asyncfree") == 0)
+		return cmd_asyncfree(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc >= 2 && strcmp(argv[1], "stdin") == 0)
 		return cmd_stdin();
 	if (argc >= 5 && strcmp(argv[1], "fork") == 0)
@@ -458,6 +489,6 @@ int main(int argc, char **argv)
 		return cmd_fill(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc >= 4 && strcmp(argv[1], "launch") == 0)
 		return cmd_launch(atof(argv[2]), (unsigned)atoi(argv[3]));
-	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|vmm|vmmrefs|stdin ...\n");
+	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|vmm|vmmrefs|asyncfree|stdin ...\n");
 	return 2;
 }

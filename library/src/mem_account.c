@@ -17,6 +17,8 @@ static _Atomic(nvmlDevice_t) nvml_dev[VGPU_MAX_DEVICES];
  * allocations): the ledger keeps max(0, NVML's per-process total - hooked bytes). */
 static void maybe_reconcile(int index, uint64_t interval_ns)
 {
+	if (vgpu_ledger_usable(&vgpu_rt.ledger) != 0)
+		return; /* said when it became unusable; reservations are refused */
 	uint64_t now = vgpu_now_ns();
 	uint64_t last = vgpu_ledger_reconciled_ns(&vgpu_rt.ledger, index);
 	if (last != 0 && now - last < interval_ns)

@@ -1,17 +1,28 @@
-/* In-process record of the allocations the hooks accounted: key (device pointer or VMM
- * handle) -> bytes and device index, so a free knows what to give back. */
+/* In-process record of what the hooks accounted, so that a free knows what to give back:
+ * device pointers and VMM allocation handles (bytes and device index), and VMM mappings
+ * (address -> the handle mapped there and the mapping's size). */
 #ifndef VGPU_ALLOC_MAP_H
 #define VGPU_ALLOC_MAP_H
 
 #include <stdint.h>
 
-enum vgpu_alloc_kind { VGPU_ALLOC_PTR = 0, VGPU_ALLOC_VMM_HANDLE = 1 };
+enum vgpu_alloc_kind { VGPU_ALLOC_PTR = 0, VGPU_ALLOC_VMM_HANDLE = 1, VGPU_ALLOC_VMM_MAPPING = 2 };
 
-int vgpu_alloc_map_put(enum vgpu_alloc_kind kind, uint64_t key, uint64_t bytes, int dev);
-/* Removes the entry; returns 1 and its bytes/dev if present, 0 if not. */
-int vgpu_alloc_map_take(enum vgpu_alloc_kind kind, uint64_t key, uint64_t *bytes, int *dev);
+struct vgpu_alloc {
+	uint64_t bytes;  /* PTR, VMM_HANDLE: bytes accounted; VMM_MAPPING: the mapping's size */
+	uint64_t handle; /* VMM_MAPPING: the allocation handle mapped there */
+	int32_t dev;     /* PTR, VMM_HANDLE: the config position the bytes are accounted on */
+	uint32_t refs;   /* VMM_HANDLE: the application's references (cuMemCreate, cuMemRetainAllocationHandle) */
+	uint32_t maps;   /* VMM_HANDLE: its mappings (cuMemMap) */
+	uint32_t pad;
+};
+
+/* Adds or replaces the entry. -1 when out of memory. */
+int vgpu_alloc_map_put(enum vgpu_alloc_kind kind, uint64_t key, const struct vgpu_alloc *a);
+/* Removes the entry; returns 1 and its value if present, 0 if not. */
+int vgpu_alloc_map_take(enum vgpu_alloc_kind kind, uint64_t key, struct vgpu_alloc *out);
 /* Looks the entry up without removing it. */
-int vgpu_alloc_map_get(enum vgpu_alloc_kind kind, uint64_t key, uint64_t *bytes, int *dev);
+int vgpu_alloc_map_get(enum vgpu_alloc_kind kind, uint64_t key, struct vgpu_alloc *out);
 /* Forked child: the parent's allocations are not the child's. */
 void vgpu_alloc_map_reset(void);
 

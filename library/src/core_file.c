@@ -8,6 +8,7 @@
 #include "clock.h"
 #include "log.h"
 #include "shm_file.h"
+#include "shm_guard.h"
 
 static void init_file(void *map)
 {
@@ -34,10 +35,22 @@ struct core_bucket *vgpu_core_file_open(const char *dir, char *err, size_t errle
 	if (vgpu_shm_open(&core_spec, dir, &shm, err, errlen) != 0)
 		return NULL;
 	struct core_file *f = shm.map;
-	if (__atomic_load_n(&f->magic, __ATOMIC_ACQUIRE) != CORE_FILE_MAGIC || f->version != CORE_FILE_VERSION ||
-	    f->nbuckets != VGPU_MAX_DEVICES) {
+	struct vgpu_guard g;
+	vgpu_guard_enter(&g, f, sizeof(*f));
+	if (sigsetjmp(g.env, 0) != 0) {
+		vgpu_guard_leave(&g);
+		snprintf(err, errlen, "the core-limit file %s/%s was truncated while it was being opened", dir,
+			 CORE_FILE_NAME);
+		vgpu_shm_close(&core_spec, &shm);
+		return NULL;
+	}
+	uint32_t version = f->version;
+	int ok = __atomic_load_n(&f->magic, __ATOMIC_ACQUIRE) == CORE_FILE_MAGIC && version == CORE_FILE_VERSION &&
+		 f->nbuckets == VGPU_MAX_DEVICES;
+	vgpu_guard_leave(&g);
+	if (!ok) {
 		snprintf(err, errlen, "the core-limit file %s/%s has layout version %u, this library expects %u", dir,
-			 CORE_FILE_NAME, f->version, CORE_FILE_VERSION);
+			 CORE_FILE_NAME, version, CORE_FILE_VERSION);
 		vgpu_shm_close(&core_spec, &shm);
 		return NULL;
 	}

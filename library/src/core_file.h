@@ -24,7 +24,8 @@ struct core_file {
 _Static_assert(offsetof(struct core_file, bucket) == 64, "core file layout");
 _Static_assert(sizeof(struct core_file) == 64 + 64 * VGPU_MAX_DEVICES, "core file layout");
 
-/* Returns the buckets (mapped shared), or NULL with a message. */
+/* Returns the buckets (mapped shared), or NULL with a message. Every access to them is made
+ * inside a SIGBUS guard (shm_guard.h): another process of the claim can truncate the file. */
 struct core_bucket *vgpu_core_file_open(const char *dir, char *err, size_t errlen);
 
 #endif

@@ -3,8 +3,31 @@
 #include "clock.h"
 #include "log.h"
 #include "nvml_usage.h"
+#include "shm_guard.h"
 
 static _Atomic(nvmlDevice_t) nvml_dev[VGPU_MAX_DEVICES];
+
+/* When the core-limit file is truncated under the mapping (another process of the claim), this
+ * process goes on with buckets of its own: its launches stay limited, no longer together with
+ * the container's other processes. */
+static struct core_bucket own_buckets[VGPU_MAX_DEVICES];
+static _Atomic int own_ready; /* 0 no, 1 being set up, 2 in use */
+
+static void use_own_buckets(void)
+{
+	int expected = 0;
+	if (atomic_compare_exchange_strong(&own_ready, &expected, 1)) {
+		uint64_t now = vgpu_now_ns();
+		for (int i = 0; i < VGPU_MAX_DEVICES; i++)
+			core_bucket_init(&own_buckets[i], now);
+		__atomic_store_n(&vgpu_rt.buckets, own_buckets, __ATOMIC_RELEASE);
+		atomic_store(&own_ready, 2);
+		vgpu_log_error("the core-limit file was truncated while in use (by another process of the claim?): "
+			       "this process limits its own launches from now on");
+	}
+	while (atomic_load(&own_ready) != 2)
+		; /* another thread is setting them up: a few stores */
+}
 
 static int decide_gate(void)
 {
@@ -44,22 +67,10 @@ static void control(int index, struct core_bucket *b, uint64_t window_ns)
 	core_bucket_control(b, vgpu_rt.cfg.dev[index].core_limit, util, window_ns);
 }
 
-CUresult vgpu_core_gate_slow(uint64_t blocks, int gate)
+/* Takes the launch's tokens, waiting for them at most VGPU_CORE_MAX_WAIT_NS; runs the
+ * controller when this caller wins the period's election. */
+static CUresult wait_for_tokens(int index, struct core_bucket *b, uint64_t blocks)
 {
-	if (gate == VGPU_GATE_UNKNOWN)
-		gate = decide_gate();
-	if (gate == VGPU_GATE_OPEN)
-		return CUDA_SUCCESS;
-	if (gate == VGPU_GATE_REFUSED) {
-		vgpu_runtime_report_refusal();
-		return CUDA_ERROR_NOT_PERMITTED;
-	}
-	int index = vgpu_rt.only_index >= 0 ? vgpu_rt.only_index : vgpu_runtime_current_index();
-	if (index < 0 || vgpu_rt.cfg.dev[index].core_limit >= VGPU_CORE_UNLIMITED)
-		return CUDA_SUCCESS;
-	struct core_bucket *b = &vgpu_rt.buckets[index];
-	if (blocks == 0)
-		blocks = 1;
 	uint64_t now = vgpu_now_ns(), waited = 0;
 	for (;;) {
 		uint64_t due = atomic_load_explicit(&b->next_control_ns, memory_order_relaxed);
@@ -82,4 +93,39 @@ CUresult vgpu_core_gate_slow(uint64_t blocks, int gate)
 		waited += after - now;
 		now = after;
 	}
+}
+
+/* The container's shared bucket, inside a SIGBUS guard: a truncated core-limit file makes
+ * this process use buckets of its own. */
+static CUresult take_tokens(int index, uint64_t blocks)
+{
+	struct core_bucket *all = __atomic_load_n(&vgpu_rt.buckets, __ATOMIC_ACQUIRE);
+	if (all == own_buckets)
+		return wait_for_tokens(index, &own_buckets[index], blocks);
+	struct vgpu_guard g;
+	vgpu_guard_enter(&g, all, sizeof(struct core_bucket) * VGPU_MAX_DEVICES);
+	if (sigsetjmp(g.env, 0) != 0) {
+		vgpu_guard_leave(&g);
+		use_own_buckets();
+		return wait_for_tokens(index, &own_buckets[index], blocks);
+	}
+	CUresult r = wait_for_tokens(index, &all[index], blocks);
+	vgpu_guard_leave(&g);
+	return r;
+}
+
+CUresult vgpu_core_gate_slow(uint64_t blocks, int gate)
+{
+	if (gate == VGPU_GATE_UNKNOWN)
+		gate = decide_gate();
+	if (gate == VGPU_GATE_OPEN)
+		return CUDA_SUCCESS;
+	if (gate == VGPU_GATE_REFUSED) {
+		vgpu_runtime_report_refusal();
+		return CUDA_ERROR_NOT_PERMITTED;
+	}
+	int index = vgpu_rt.only_index >= 0 ? vgpu_rt.only_index : vgpu_runtime_current_index();
+	if (index < 0 || vgpu_rt.cfg.dev[index].core_limit >= VGPU_CORE_UNLIMITED)
+		return CUDA_SUCCESS;
+	return take_tokens(index, blocks == 0 ? 1 : blocks);
 }

@@ -27,6 +27,9 @@
 	X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, 1)  \
 	X(cuMemCreate, cuMemCreate, 10020, 0)                               \
 	X(cuMemRelease, cuMemRelease, 10020, 0)                             \
+	X(cuMemMap, cuMemMap, 10020, 0)                                     \
+	X(cuMemUnmap, cuMemUnmap, 10020, 0)                                 \
+	X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0) \
 	X(cuMemFree, cuMemFree, 2000, 0)                                    \
 	X(cuMemFree_v2, cuMemFree, 3020, 0)                                 \
 	X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                         \
@@ -52,10 +55,17 @@
 	X(nvmlDeviceGetComputeRunningProcesses_v3)
 
 /* Functions of the driver the hooks call without hooking them. */
-#define VGPU_CUDA_USED(X)   \
-	X(cuCtxGetDevice)   \
-	X(cuDeviceGetCount) \
-	X(cuDeviceGetUuid)
+#define VGPU_CUDA_USED(X)      \
+	X(cuCtxGetDevice)      \
+	X(cuDeviceGetCount)    \
+	X(cuDeviceGetUuid)     \
+	X(cuCtxGetCurrent)     \
+	X(cuStreamIsCapturing) \
+	X(cuStreamSynchronize) \
+	X(cuEventCreate)       \
+	X(cuEventRecord)       \
+	X(cuEventQuery)        \
+	X(cuEventDestroy_v2)
 
 #define VGPU_NVML_USED(X)                     \
 	X(nvmlDeviceGetHandleByUUID)          \

@@ -32,6 +32,10 @@ VGPU_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t byte
 VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 				 const CUmemAllocationProp *prop, unsigned long long flags);
 VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+VGPU_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+			      unsigned long long flags);
+VGPU_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+VGPU_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
 VGPU_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr);
 VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr);
 VGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
@@ -71,6 +75,13 @@ VGPU_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t de
 CUresult cuCtxGetDevice(CUdevice *dev);
 CUresult cuDeviceGetCount(int *count);
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+CUresult cuCtxGetCurrent(CUcontext *ctx);
+CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status);
+CUresult cuStreamSynchronize(CUstream stream);
+CUresult cuEventCreate(CUevent *event, unsigned int flags);
+CUresult cuEventRecord(CUevent event, CUstream stream);
+CUresult cuEventQuery(CUevent event);
+CUresult cuEventDestroy_v2(CUevent event);
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *samples,

@@ -1,7 +1,9 @@
-/* Allocation, free and memory-info hooks of the CUDA driver API. */
+/* Allocation, free and memory-info hooks of the CUDA driver API (the virtual memory API's:
+ * hooks_vmm.c). */
 #include <limits.h>
 
 #include "hook_table.h"
+#include "free_queue.h"
 #include "hooks.h"
 #include "mem_account.h"
 #include "runtime.h"
@@ -99,8 +101,8 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int
 	return r;
 }
 
-/* Stream-ordered allocations are counted when requested and given back when their free is
- * enqueued; memory a pool keeps beyond that shows up through the NVML reconciliation. */
+/* Stream-ordered allocations are counted when requested and given back when their free has
+ * run; memory a pool keeps beyond that shows up through the NVML reconciliation. */
 #define ALLOC_ASYNC(name, args, ...)                                               \
 	CUresult name args                                                         \
 	{                                                                          \
@@ -121,66 +123,40 @@ ALLOC_ASYNC(cuMemAllocFromPoolAsync, (CUdeviceptr * dptr, size_t bytesize, CUmem
 ALLOC_ASYNC(cuMemAllocFromPoolAsync_ptsz,
 	    (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream stream), dptr, bytesize, pool, stream)
 
-CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-		     unsigned long long flags)
-{
-	REAL_OR_FAIL(real, cuMemCreate);
-	int ordinal = -1;
-	if (prop != NULL && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-		ordinal = prop->location.id;
-	struct vgpu_mem_op op;
-	CUresult r = vgpu_mem_reserve(ordinal, size, &op);
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = real(handle, size, prop, flags);
-	vgpu_mem_commit(&op, r, VGPU_ALLOC_VMM_HANDLE, r == CUDA_SUCCESS ? *handle : 0);
-	return r;
-}
+/* Freed when the call returns: the bytes come back at once. */
+#define FREE_HOOK(name, ptr_type)                                               \
+	CUresult name(ptr_type dptr)                                            \
+	{                                                                       \
+		REAL_OR_FAIL(real, name);                                       \
+		struct vgpu_alloc a;                                            \
+		int ours = vgpu_mem_free_begin(VGPU_ALLOC_PTR, dptr, &a);       \
+		CUresult r = real(dptr);                                        \
+		if (ours)                                                       \
+			vgpu_mem_free_end(VGPU_ALLOC_PTR, dptr, &a, r);         \
+		return r;                                                       \
+	}
 
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
-{
-	REAL_OR_FAIL(real, cuMemRelease);
-	CUresult r = real(handle);
-	if (r == CUDA_SUCCESS)
-		vgpu_mem_forget(VGPU_ALLOC_VMM_HANDLE, handle);
-	return r;
-}
+FREE_HOOK(cuMemFree_v2, CUdeviceptr)
+FREE_HOOK(cuMemFree, CUdeviceptr_v1)
 
-CUresult cuMemFree_v2(CUdeviceptr dptr)
-{
-	REAL_OR_FAIL(real, cuMemFree_v2);
-	CUresult r = real(dptr);
-	if (r == CUDA_SUCCESS)
-		vgpu_mem_forget(VGPU_ALLOC_PTR, dptr);
-	return r;
-}
+/* Queued on the stream: the bytes come back once the stream has run the free (free_queue.h).
+ * NULL is the per-thread default stream for the _ptsz entry point, the legacy one otherwise. */
+#define FREE_ASYNC_HOOK(name, null_stream)                                                   \
+	CUresult name(CUdeviceptr dptr, CUstream stream)                                     \
+	{                                                                                    \
+		REAL_OR_FAIL(real, name);                                                    \
+		struct vgpu_alloc a;                                                         \
+		int ours = vgpu_mem_free_begin(VGPU_ALLOC_PTR, dptr, &a);                    \
+		CUresult r = real(dptr, stream);                                             \
+		if (ours && r != CUDA_SUCCESS)                                               \
+			vgpu_mem_free_end(VGPU_ALLOC_PTR, dptr, &a, r);                      \
+		else if (ours)                                                               \
+			vgpu_free_queue_add(stream == NULL ? (null_stream) : stream, a.dev, a.bytes); \
+		return r;                                                                    \
+	}
 
-CUresult cuMemFree(CUdeviceptr_v1 dptr)
-{
-	REAL_OR_FAIL(real, cuMemFree);
-	CUresult r = real(dptr);
-	if (r == CUDA_SUCCESS)
-		vgpu_mem_forget(VGPU_ALLOC_PTR, dptr);
-	return r;
-}
-
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
-{
-	REAL_OR_FAIL(real, cuMemFreeAsync);
-	CUresult r = real(dptr, stream);
-	if (r == CUDA_SUCCESS)
-		vgpu_mem_forget(VGPU_ALLOC_PTR, dptr);
-	return r;
-}
-
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
-{
-	REAL_OR_FAIL(real, cuMemFreeAsync_ptsz);
-	CUresult r = real(dptr, stream);
-	if (r == CUDA_SUCCESS)
-		vgpu_mem_forget(VGPU_ALLOC_PTR, dptr);
-	return r;
-}
+FREE_ASYNC_HOOK(cuMemFreeAsync, NULL)
+FREE_ASYNC_HOOK(cuMemFreeAsync_ptsz, CU_STREAM_PER_THREAD)
 
 /* --- memory info: the container sees its limit as the device's size --------------------- */
 

@@ -93,9 +93,23 @@ struct vgpu_ledger {
 	int my_slot;       /* -1 until this process first reserves */
 	uint64_t my_owner; /* this process's mark in its slot */
 	vgpu_spinlock lock; /* the OFD lock is per open file description: threads serialise here first */
+	int truncated;        /* the file shrank under the mapping: not used again */
+	uint64_t stuck_until; /* the header's lock was held past its bound: refused at once until then */
+	char path[256];       /* for messages */
 };
 
-/* Opens (creating if needed) the ledger in dir. Returns 0, or -1 with a message. */
+/* Trust. Every process of the claim can write the file (it is 0666 so that the claim's users
+ * can share it), so nothing read from the mapping is trusted: high_water is clamped to
+ * LEDGER_SLOTS on every use and sums saturate, so a forged value can make the ledger count too
+ * much or too little, never index past the mapping; the header's lock is waited for at most
+ * LEDGER_LOCK_WAIT_NS, then the reservation is refused with a message naming the ledger; and
+ * every access is made inside a SIGBUS guard (shm_guard.h), so a file truncated under the
+ * mapping makes the ledger refuse from then on instead of killing the process. */
+#define LEDGER_LOCK_WAIT_NS 5000000000ull
+#define LEDGER_LOCK_REFUSE_NS 1000000000ull /* after a wait ran out: later ones refused at once */
+
+/* Opens (creating if needed) the ledger in dir. Returns 0, or -1 with a message. The
+ * header's layout fields are checked once here; high_water is not (it is clamped on use). */
 int vgpu_ledger_open(struct vgpu_ledger *l, const char *dir, char *err, size_t errlen);
 
 /* Reserve-then-allocate: adds bytes to this process's slot if the container's total plus
@@ -113,14 +127,18 @@ int vgpu_ledger_usage(struct vgpu_ledger *l, int dev, uint64_t *hooked, uint64_t
 int vgpu_ledger_reconcile(struct vgpu_ledger *l, int dev, uint64_t nvml_total, uint64_t now_ns);
 
 /* When dev was last reconciled (0 = never). */
-uint64_t vgpu_ledger_reconciled_ns(const struct vgpu_ledger *l, int dev);
+uint64_t vgpu_ledger_reconciled_ns(struct vgpu_ledger *l, int dev);
 
 /* In a forked child: drop the parent's descriptor (its locks, the slot's included, belong to
  * the parent's open file description) and mapping; the child opens its own on first use.
  * Also releases this process's slot when it is the last holder of the descriptor. */
 void vgpu_ledger_forget(struct vgpu_ledger *l);
 
-/* Test support: take and hold the lock as the reserve path does. */
+/* 0 while the ledger can be used (opened, not truncated under the mapping). */
+int vgpu_ledger_usable(const struct vgpu_ledger *l);
+
+/* Test support: take and hold the lock as the reserve path does (-1, with a message, when
+ * another process holds it past LEDGER_LOCK_WAIT_NS). */
 int vgpu_ledger_lock(struct vgpu_ledger *l);
 void vgpu_ledger_unlock(struct vgpu_ledger *l);
 

@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 
 #include "clock.h"
+#include "free_queue.h"
 #include "log.h"
 #include "nvml_usage.h"
 #include "runtime.h"
@@ -16,6 +17,8 @@ static _Atomic(nvmlDevice_t) nvml_dev[VGPU_MAX_DEVICES];
  * allocations): the ledger keeps max(0, NVML's per-process total - hooked bytes). */
 static void maybe_reconcile(int index, uint64_t interval_ns)
 {
+	if (vgpu_ledger_usable(&vgpu_rt.ledger) != 0)
+		return; /* said when it became unusable; reservations are refused */
 	uint64_t now = vgpu_now_ns();
 	uint64_t last = vgpu_ledger_reconciled_ns(&vgpu_rt.ledger, index);
 	if (last != 0 && now - last < interval_ns)
@@ -55,7 +58,16 @@ CUresult vgpu_mem_reserve(int ordinal, uint64_t bytes, struct vgpu_mem_op *op)
 	if (limit == 0)
 		return CUDA_SUCCESS;
 	maybe_reconcile(index, RECONCILE_ALLOC_NS);
+	vgpu_free_queue_poll();
 	int r = vgpu_ledger_reserve(&vgpu_rt.ledger, index, bytes, limit);
+	/* over the limit while frees are queued on the GPU: the stream usually gets there soon */
+	for (uint64_t deadline = 0; r == 1;) {
+		if (deadline == 0)
+			deadline = vgpu_now_ns() + VGPU_FREE_WAIT_NS;
+		if (!vgpu_free_queue_wait(index, deadline))
+			break;
+		r = vgpu_ledger_reserve(&vgpu_rt.ledger, index, bytes, limit);
+	}
 	if (r == 1)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (r != 0)
@@ -75,7 +87,8 @@ void vgpu_mem_commit(const struct vgpu_mem_op *op, CUresult result, enum vgpu_al
 				       (unsigned long long)op->reserved);
 		return;
 	}
-	if (vgpu_alloc_map_put(kind, key, op->reserved, op->index) != 0)
+	struct vgpu_alloc a = { .bytes = op->reserved, .dev = op->index, .refs = kind == VGPU_ALLOC_VMM_HANDLE };
+	if (vgpu_alloc_map_put(kind, key, &a) != 0)
 		vgpu_log_error("out of memory recording an allocation: its %llu bytes stay counted until exit",
 			       (unsigned long long)op->reserved);
 }
@@ -92,16 +105,30 @@ CUresult vgpu_mem_grow(struct vgpu_mem_op *op, uint64_t actual)
 	return CUDA_SUCCESS;
 }
 
-void vgpu_mem_forget(enum vgpu_alloc_kind kind, uint64_t key)
+int vgpu_mem_enforcing(void)
 {
-	uint64_t bytes;
-	int index;
-	if (atomic_load_explicit(&vgpu_rt.mode, memory_order_acquire) != VGPU_MODE_ENFORCE)
-		return;
-	if (!vgpu_alloc_map_take(kind, key, &bytes, &index))
-		return; /* not ours: allocated before the hooks saw it, or unlimited */
+	return atomic_load_explicit(&vgpu_rt.mode, memory_order_acquire) == VGPU_MODE_ENFORCE;
+}
+
+void vgpu_mem_credit(int index, uint64_t bytes)
+{
 	if (vgpu_ledger_release(&vgpu_rt.ledger, index, bytes) != 0)
 		vgpu_log_error("cannot give %llu bytes back to the memory ledger", (unsigned long long)bytes);
+}
+
+int vgpu_mem_free_begin(enum vgpu_alloc_kind kind, uint64_t key, struct vgpu_alloc *a)
+{
+	/* not ours: allocated before the hooks saw it, or unlimited */
+	return vgpu_mem_enforcing() && vgpu_alloc_map_take(kind, key, a);
+}
+
+void vgpu_mem_free_end(enum vgpu_alloc_kind kind, uint64_t key, const struct vgpu_alloc *a, CUresult result)
+{
+	if (result == CUDA_SUCCESS)
+		vgpu_mem_credit(a->dev, a->bytes);
+	else if (vgpu_alloc_map_put(kind, key, a) != 0)
+		vgpu_log_error("out of memory recording an allocation: its %llu bytes stay counted until exit",
+			       (unsigned long long)a->bytes);
 }
 
 int vgpu_mem_view(int index, uint64_t *limit, uint64_t *used)
@@ -109,6 +136,7 @@ int vgpu_mem_view(int index, uint64_t *limit, uint64_t *used)
 	if (index < 0 || atomic_load(&vgpu_rt.mode) != VGPU_MODE_ENFORCE || vgpu_rt.cfg.dev[index].mem_limit == 0)
 		return -1;
 	maybe_reconcile(index, RECONCILE_VIEW_NS);
+	vgpu_free_queue_poll();
 	uint64_t hooked;
 	if (vgpu_ledger_usage(&vgpu_rt.ledger, index, &hooked, used) != 0)
 		return -1;

@@ -26,8 +26,18 @@ void vgpu_mem_commit(const struct vgpu_mem_op *op, CUresult result, enum vgpu_al
  * Returns CUDA_ERROR_OUT_OF_MEMORY if the extra does not fit. */
 CUresult vgpu_mem_grow(struct vgpu_mem_op *op, uint64_t actual);
 
-/* After a successful free of key. */
-void vgpu_mem_forget(enum vgpu_alloc_kind kind, uint64_t key);
+/* A free of key, in two steps around the driver's call. Before it, the record is taken out
+ * (1 if the key was accounted), so that the key the driver may hand out again at once, to
+ * another thread's allocation, is recorded afresh; after it, the bytes are given back when
+ * the driver freed and the record is put back when it did not. */
+int vgpu_mem_free_begin(enum vgpu_alloc_kind kind, uint64_t key, struct vgpu_alloc *a);
+void vgpu_mem_free_end(enum vgpu_alloc_kind kind, uint64_t key, const struct vgpu_alloc *a, CUresult result);
+
+/* Gives bytes accounted on a config position back to the ledger (a free that took effect). */
+void vgpu_mem_credit(int index, uint64_t bytes);
+
+/* Whether the process enforces (the hooks keep books only then). */
+int vgpu_mem_enforcing(void);
 
 /* Limit and container usage on an env index for the memory-info hooks: 0 if the index
  * is limited (then *limit and *used are set), -1 if not limited or not enforcing. */

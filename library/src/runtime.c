@@ -18,11 +18,13 @@
 #include "sys_stat.h"
 #include "core_file.h"
 #include "env_config.h"
+#include "free_queue.h"
 #include "hook_table.h"
 #include "hooks.h"
 #include "log.h"
 #include "paths.h"
 #include "registry_client.h"
+#include "vmm_account.h"
 
 #ifndef VGPU_VERSION
 #define VGPU_VERSION "dev"
@@ -45,6 +47,8 @@ static void after_fork_in_child(void)
 {
 	vgpu_ledger_forget(&vgpu_rt.ledger);
 	vgpu_alloc_map_reset();
+	vgpu_vmm_reset();
+	vgpu_free_queue_reset();
 	atomic_store(&vgpu_rt.cuda_mapped, 0);
 	atomic_store(&vgpu_rt.launch_gate, VGPU_GATE_UNKNOWN);
 	atomic_store(&vgpu_rt.refusal_printed, 0);

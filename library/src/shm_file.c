@@ -8,9 +8,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "log.h"
+#include "shm_guard.h"
 #include "sys_stat.h"
 #include "test_hook.h"
 
@@ -42,7 +44,8 @@ static void remove_leftovers(const struct vgpu_shm_spec *spec, const char *dir)
 	for (struct dirent *e; (e = readdir(d)) != NULL;) {
 		if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
 			continue;
-		int fd = openat(dfd, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		/* O_NONBLOCK: a FIFO planted under the name must not hang the open */
+		int fd = openat(dfd, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 		if (fd < 0)
 			continue; /* another user's, not yet opened up: not ours to judge */
 		int held = build_lock(fd, spec->size, F_OFD_GETLK, F_RDLCK);
@@ -89,7 +92,17 @@ static int create(const struct vgpu_shm_spec *spec, const char *dir, const char 
 	map = mmap(NULL, spec->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
 		goto fail;
+	/* the temporary file is 0666 already: another process may truncate it under us */
+	struct vgpu_guard g;
+	vgpu_guard_enter(&g, map, spec->size);
+	if (sigsetjmp(g.env, 0) != 0) {
+		vgpu_guard_leave(&g);
+		errno = EIO;
+		doing = "fill (it was truncated)";
+		goto fail;
+	}
 	spec->init(map);
+	vgpu_guard_leave(&g);
 	vgpu_test_crash_point(spec->name, VGPU_STEP_INITIALISED);
 	int linked = link(tmp, path) == 0;
 	int link_errno = errno;
@@ -123,24 +136,69 @@ fail:
 	return -1;
 }
 
+static const char *kind_of(mode_t m)
+{
+	if (S_ISDIR(m))
+		return "a directory";
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISLNK(m))
+		return "a symbolic link";
+	if (S_ISSOCK(m))
+		return "a socket";
+	if (S_ISCHR(m) || S_ISBLK(m))
+		return "a device";
+	return "not a regular file";
+}
+
+/* Why a file this library creates (a regular file, mode 0666, of spec->size bytes) could not
+ * be opened: its owner and mode, when they are what keeps this process out. */
+static void explain_open_failure(const struct vgpu_shm_spec *spec, const char *path, int open_errno, char *err,
+				 size_t errlen)
+{
+	struct stat st;
+	if ((open_errno == EACCES || open_errno == EPERM) &&
+	    syscall(SYS_newfstatat, AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		snprintf(err, errlen,
+			 "cannot open the %s %s: %s: it is mode %04o, owned by uid %u, where libvgpu makes it mode "
+			 "0666 for every user of the claim (was it created by something else?)",
+			 spec->what, path, strerror(open_errno), (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+		return;
+	}
+	if (open_errno == ELOOP) {
+		snprintf(err, errlen, "the %s %s is a symbolic link, where libvgpu makes a regular file", spec->what,
+			 path);
+		return;
+	}
+	snprintf(err, errlen, "cannot open the %s %s: %s", spec->what, path, strerror(open_errno));
+}
+
 /* Opens and maps the file at path if it exists: 1; 0 if it does not; -1 on error. */
 static int open_existing(const struct vgpu_shm_spec *spec, const char *path, struct vgpu_shm *out, char *err,
 			 size_t errlen)
 {
-	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	/* O_NONBLOCK: a FIFO planted under the name must not hang the open */
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0) {
 		if (errno == ENOENT)
 			return 0;
-		snprintf(err, errlen, "cannot open the %s %s: %s", spec->what, path, strerror(errno));
+		explain_open_failure(spec, path, errno, err, errlen);
 		return -1;
 	}
 	struct stat st;
 	if (vgpu_fstat(fd, &st) != 0) {
 		snprintf(err, errlen, "cannot stat the %s %s: %s", spec->what, path, strerror(errno));
-	} else if (!S_ISREG(st.st_mode) || (size_t)st.st_size != spec->size) {
+	} else if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "the %s %s is %s, owned by uid %u, where libvgpu makes a regular file", spec->what,
+			 path, kind_of(st.st_mode), (unsigned)st.st_uid);
+	} else if ((size_t)st.st_size != spec->size) {
 		snprintf(err, errlen, "the %s %s has %lld bytes, this library expects %zu (another library version?)",
 			 spec->what, path, (long long)st.st_size, spec->size);
 	} else {
+		/* a file of ours that lost its mode (made by hand, or with another umask): the claim's
+		 * other users could not open it; put it right */
+		if ((st.st_mode & 0777) != 0666 && st.st_uid == geteuid() && fchmod(fd, 0666) != 0)
+			vgpu_log_debug("fchmod %s: %s", path, strerror(errno));
 		void *map = mmap(NULL, spec->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		if (map != MAP_FAILED) {
 			out->fd = fd;
@@ -161,6 +219,11 @@ int vgpu_shm_open(const struct vgpu_shm_spec *spec, const char *dir, struct vgpu
 	out->map = NULL;
 	if (snprintf(path, sizeof(path), "%s/%s", dir, spec->name) >= (int)sizeof(path)) {
 		snprintf(err, errlen, "the %s path under %s is too long", spec->what, dir);
+		return -1;
+	}
+	if (vgpu_guard_install() != 0) {
+		snprintf(err, errlen, "cannot install the SIGBUS handler that guards the %s against truncation",
+			 spec->what);
 		return -1;
 	}
 	for (int attempt = 0; attempt < CREATE_ATTEMPTS; attempt++) {

@@ -1,6 +1,7 @@
 /* make bench: added cost of libvgpu per call, against the fake driver called directly in
  * the same process and run (targets: <= 50 ns per launch without a limit, <= 100 ns with
- * a core limit, <= 5 us per cuMemAlloc/cuMemFree pair); the library's start-up (the first
+ * a core limit, <= 5 us per cuMemAlloc/cuMemFree pair and per cuMemCreate/cuMemMap/cuMemUnmap/
+ * cuMemRelease round of the virtual memory API); the library's start-up (the first
  * cuInit, which decides the mode, registers, reads pids.config and opens the ledger) in
  * fresh processes against the same cuInit without the library; and the core limit
  * measured end to end (wall clock, fake GPU) at 30 % and 60 %.
@@ -26,6 +27,8 @@
 #include "server/scripted_registry.h"
 
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+			     unsigned long long flags);
 
 static double now_ns(void)
 {
@@ -38,6 +41,12 @@ typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned
 			      CUstream, void **, void **);
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*free_fn)(CUdeviceptr);
+struct vmm_fns {
+	__typeof__(&cuMemCreate) create;
+	__typeof__(&cuMemMap) map;
+	__typeof__(&cuMemUnmap) unmap;
+	__typeof__(&cuMemRelease) release;
+};
 
 static double time_launch(launch_fn f, long n)
 {
@@ -63,6 +72,27 @@ static double time_alloc(alloc_fn a, free_fn f, long n)
 			CUdeviceptr p;
 			if (a(&p, 1 << 20) != CUDA_SUCCESS || f(p) != CUDA_SUCCESS)
 				exit(4);
+		}
+		double per = (now_ns() - t0) / (double)n;
+		if (per < best)
+			best = per;
+	}
+	return best;
+}
+
+/* One round of the virtual memory API as the CUDA Programming Guide shows it: physical memory,
+ * mapped into a reserved range, its handle released at once, unmapped when done. */
+static double time_vmm(const struct vmm_fns *f, CUdeviceptr va, long n)
+{
+	CUmemAllocationProp prop = { .type = 1, .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+	double best = 1e30;
+	for (int rep = 0; rep < 5; rep++) {
+		double t0 = now_ns();
+		for (long i = 0; i < n; i++) {
+			CUmemGenericAllocationHandle h;
+			if (f->create(&h, 2 << 20, &prop, 0) != CUDA_SUCCESS || f->map(va, 2 << 20, 0, h, 0) != CUDA_SUCCESS ||
+			    f->release(h) != CUDA_SUCCESS || f->unmap(va, 2 << 20) != CUDA_SUCCESS)
+				exit(5);
 		}
 		double per = (now_ns() - t0) / (double)n;
 		if (per < best)
@@ -99,6 +129,19 @@ static int measure(const char *mode)
 			cuLaunchKernel(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
 		double d = time_launch(direct_launch, 2000000);
 		double h = time_launch(cuLaunchKernel, 2000000);
+		printf("%.1f %.1f\n", d, h);
+	} else if (strcmp(mode, "vmm") == 0) {
+		struct vmm_fns direct = { (__typeof__(&cuMemCreate))dlsym(drv, "fake_cuMemCreate"),
+					  (__typeof__(&cuMemMap))dlsym(drv, "fake_cuMemMap"),
+					  (__typeof__(&cuMemUnmap))dlsym(drv, "fake_cuMemUnmap"),
+					  (__typeof__(&cuMemRelease))dlsym(drv, "fake_cuMemRelease") };
+		struct vmm_fns hooked = { cuMemCreate, cuMemMap, cuMemUnmap, cuMemRelease };
+		CUdeviceptr va;
+		if (!direct.create || !direct.map || !direct.unmap || !direct.release ||
+		    cuMemAddressReserve(&va, 2 << 20, 0, 0, 0) != CUDA_SUCCESS)
+			return 2;
+		double d = time_vmm(&direct, va, 20000);
+		double h = time_vmm(&hooked, va, 20000);
 		printf("%.1f %.1f\n", d, h);
 	} else {
 		double d = time_alloc(direct_alloc, direct_free, 20000);
@@ -240,9 +283,11 @@ int main(int argc, char **argv)
 		{ "cuLaunchKernel, core limit 50%", "launch", { "FAKE_NS_PER_BLOCK=0", "CUDA_CORE_LIMIT_0=50", NULL }, 100, 0, 50 },
 		{ "cuMemAlloc+cuMemFree, no limit", "alloc", { NULL }, 5000, 0, 0 },
 		{ "cuMemAlloc+cuMemFree, memory limit", "alloc", { "CUDA_MEM_LIMIT_0=4096m", NULL }, 5000, 4096ull << 20, 0 },
+		{ "cuMemCreate+Map+Unmap+Release, no limit", "vmm", { NULL }, 5000, 0, 0 },
+		{ "cuMemCreate+Map+Unmap+Release, mem limit", "vmm", { "CUDA_MEM_LIMIT_0=4096m", NULL }, 5000, 4096ull << 20, 0 },
 	};
 	int rc = 0;
-	printf("%-38s %12s %12s %12s %8s %10s\n", "libvgpu overhead", "driver ns", "hooked ns", "added ns", "ratio",
+	printf("%-42s %12s %12s %12s %8s %10s\n", "libvgpu overhead", "driver ns", "hooked ns", "added ns", "ratio",
 	       "target ns");
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
 		char out[256];
@@ -250,18 +295,18 @@ int main(int argc, char **argv)
 		write_config(modes[i].mem, modes[i].core);
 		char *args[] = { argv[0], "measure", (char *)modes[i].what, NULL };
 		if (run_child(argv[0], LIBVGPU_TEST, args, modes[i].env, out, sizeof(out)) != 0) {
-			printf("%-38s failed\n", modes[i].label);
+			printf("%-42s failed\n", modes[i].label);
 			rc = 1;
 			continue;
 		}
 		double d = 0, h = 0;
 		if (sscanf(out, "%lf %lf", &d, &h) != 2)
 			rc = 1;
-		printf("%-38s %12.1f %12.1f %12.1f %8.2f %10.0f\n", modes[i].label, d, h, h - d, d > 0 ? h / d : 0,
+		printf("%-42s %12.1f %12.1f %12.1f %8.2f %10.0f\n", modes[i].label, d, h, h - d, d > 0 ? h / d : 0,
 		       modes[i].target);
 	}
 
-	printf("\n%-38s %12s %12s %12s\n", "start-up (first cuInit, median of 31)", "driver us", "hooked us",
+	printf("\n%-42s %12s %12s %12s\n", "start-up (first cuInit, median of 31)", "driver us", "hooked us",
 	       "added us");
 	struct { const char *label; const char *env[3]; unsigned long long mem; } starts[] = {
 		{ "no limit (pass-through)", { NULL }, 0 },
@@ -274,11 +319,11 @@ int main(int argc, char **argv)
 		write_config(starts[i].mem, 0);
 		double h = startup_median(argv[0], LIBVGPU_TEST, starts[i].env);
 		if (base <= 0 || h <= 0) {
-			printf("%-38s failed\n", starts[i].label);
+			printf("%-42s failed\n", starts[i].label);
 			rc = 1;
 			continue;
 		}
-		printf("%-38s %12.1f %12.1f %12.1f\n", starts[i].label, base / 1e3, h / 1e3, (h - base) / 1e3);
+		printf("%-42s %12.1f %12.1f %12.1f\n", starts[i].label, base / 1e3, h / 1e3, (h - base) / 1e3);
 	}
 
 	if (argc == 2 && strcmp(argv[1], "quick") == 0)

@@ -3,7 +3,8 @@
  * vgpu.config the plugin would write, and the env the plugin injects (which the library
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
- *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin> */
+ *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm|asyncfree|
+ *                 ledgerlock|truncate> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -873,6 +874,183 @@ static void test_stdin(void)
 	root_teardown(&r);
 }
 
+/* The virtual memory API: the driver frees a handle's memory when its last reference and its
+ * last mapping are gone. The CUDA Programming Guide releases the handle right after mapping
+ * it; in a loop that must stop at the limit (it used to run until the device was full: the
+ * release gave the bytes back while they stayed mapped). */
+static void test_vmm(void)
+{
+	struct root r;
+	root_setup(&r, "OK");
+	struct run res;
+	run(&r, LIBVGPU_TEST, PROBE("vmm", "16", "64"), NULL, &res);
+	CHECK_STR_CONTAINS(res.out, "vmm mapped 16 x 16 MiB, then 2\n"); /* 256 MiB: cuMemCreate refused */
+	CHECK_STR_CONTAINS(res.out, "alloc 16 MiB = 2");                  /* full while mapped */
+	CHECK_STR_CONTAINS(res.out, "unmapped 16\n");
+	CHECK_STR_CONTAINS(res.out, "after unmap alloc 256 MiB = 0");     /* the last unmap gives back */
+	struct fake_state *fs = map_fake(&r);
+	CHECK(fs != NULL && fs->peak[0] <= 256 * MiB, "the device held %llu MiB for a 256 MiB limit",
+	      fs ? (unsigned long long)(fs->peak[0] / MiB) : 0ull);
+	if (fs)
+		munmap(fs, sizeof(*fs));
+
+	/* references: a retained handle and a second mapping keep the memory charged */
+	run(&r, LIBVGPU_TEST, PROBE("vmmrefs", "200"), NULL, &res);
+	CHECK(strstr(res.out, "retain = 0") && strstr(res.out, "release = 0") && strstr(res.out, "unmap = 0"), "%s%s",
+	      res.out, res.err);
+	CHECK_STR_CONTAINS(res.out, "retained, released once, unmapped: alloc 200 MiB = 2");
+	CHECK_STR_CONTAINS(res.out, "both references released: alloc 200 MiB = 0");
+	CHECK_STR_CONTAINS(res.out, "mapped twice, released, one unmapped: alloc 200 MiB = 2");
+	CHECK_STR_CONTAINS(res.out, "both mappings gone: alloc 200 MiB = 0");
+	fs = map_fake(&r);
+	CHECK(fs != NULL && fs->peak[0] <= 256 * MiB, "the device held %llu MiB for a 256 MiB limit",
+	      fs ? (unsigned long long)(fs->peak[0] / MiB) : 0ull);
+	if (fs)
+		munmap(fs, sizeof(*fs));
+	root_teardown(&r);
+}
+
+/* A stream-ordered free runs when its stream reaches it, and only then does the driver have the
+ * memory back: queued behind work that does not end, its bytes stay charged (they used to be
+ * given back when the free was queued), and come back once the stream has gone past it. */
+static void test_asyncfree(void)
+{
+	static const char *const variants[] = { "stream", "ptsz" };
+	for (size_t i = 0; i < 2; i++) {
+		struct root r;
+		root_setup(&r, "OK");
+		struct run res;
+		run(&r, LIBVGPU_TEST, PROBE("asyncfree", "200", (char *)variants[i]), NULL, &res);
+		CHECK(strstr(res.out, "allocAsync 200 MiB = 0") && strstr(res.out, "freeAsync = 0"), "%s: %s%s", variants[i],
+		      res.out, res.err);
+		CHECK(strstr(res.out, "free queued, stream held: alloc 200 MiB = 2"), "%s: %s", variants[i], res.out);
+		CHECK(strstr(res.out, "stream let go: alloc 200 MiB = 0"), "%s: %s", variants[i], res.out);
+		struct fake_state *fs = map_fake(&r);
+		CHECK(fs != NULL && fs->peak[0] <= 256 * MiB, "%s: the device held %llu MiB for a 256 MiB limit", variants[i],
+		      fs ? (unsigned long long)(fs->peak[0] / MiB) : 0ull);
+		if (fs)
+			munmap(fs, sizeof(*fs));
+		root_teardown(&r);
+	}
+}
+
+/* finish, but a program still running after limit_s is a hang: killed and reported. */
+static void finish_within(struct root *r, pid_t pid, const char *tag, int limit_s, struct run *res)
+{
+	for (int i = 0; i < limit_s * 100; i++) {
+		int st;
+		pid_t w = waitpid(pid, &st, WNOHANG);
+		if (w == pid) {
+			res->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+			collect(r, tag, res);
+			return;
+		}
+		usleep(10000);
+	}
+	kill(pid, SIGKILL);
+	finish(r, pid, tag, res);
+	CHECK(0, "%s still ran after %d s: it hung", tag, limit_s);
+}
+
+static int ledger_lock(struct root *r, short type)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/tmp/.vmem_node/ledger.v2", r->dir);
+	static int fd = -1;
+	if (fd < 0)
+		fd = open(path, O_RDWR);
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 352 /* the header */ };
+	int rc = fd >= 0 ? fcntl(fd, F_OFD_SETLK, &fl) : -1;
+	if (type == F_UNLCK && fd >= 0) {
+		close(fd);
+		fd = -1;
+	}
+	return rc;
+}
+
+/* Another process of the claim holds the ledger's header lock and never lets go: the
+ * application's allocation is refused with a reason after a bounded wait, it does not hang. */
+static void test_ledgerlock(void)
+{
+	struct root r;
+	root_setup(&r, "OK");
+	struct run res;
+	run(&r, LIBVGPU_TEST, PROBE("alloc", "10"), NULL, &res); /* the ledger exists */
+	CHECK_STR_CONTAINS(res.out, "alloc 10 MiB = 0");
+	CHECK(ledger_lock(&r, F_WRLCK) == 0, "lock the ledger's header: %s", strerror(errno));
+	pid_t pid = spawn(&r, LIBVGPU_TEST, PROBE("alloc", "100"), NULL, "locked");
+	finish_within(&r, pid, "locked", 60, &res);
+	CHECK(res.status == 0, "exit %d: %s", res.status, res.err);
+	CHECK_STR_CONTAINS(res.out, "alloc 100 MiB = 999");
+	CHECK_STR_CONTAINS(res.err, "tmp/.vmem_node/ledger.v2 has been locked by another process for more than 5 s");
+	ledger_lock(&r, F_UNLCK);
+	run(&r, LIBVGPU_TEST, PROBE("alloc", "100"), NULL, &res);
+	CHECK_STR_CONTAINS(res.out, "alloc 100 MiB = 0");
+	root_teardown(&r);
+}
+
+static int wait_exists(struct root *r, const char *rel)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s%s", r->dir, rel);
+	for (int i = 0; i < 3000; i++, usleep(10000))
+		if (access(path, F_OK) == 0)
+			return 0;
+	return -1;
+}
+
+/* Another process of the claim truncates the shared files while an application uses them: it
+ * used to die of SIGBUS at its next allocation, free or launch. Now the ledger refuses what
+ * needs it, saying why, and the launches go on limited by the process's own buckets. */
+static void test_truncate(void)
+{
+	struct root r;
+	root_setup(&r, "OK");
+	const char *tags[] = { "trunc" };
+	pid_t pid = spawn(&r, LIBVGPU_TEST, PROBE("fill", "4", r.dir), NULL, tags[0]);
+	int n;
+	CHECK(wait_lines(&r, tags, 1, "filled ", &n) == 0 && n == 64, "fill: %d chunks", n);
+	char path[256];
+	snprintf(path, sizeof(path), "%s/tmp/.vmem_node/ledger.v2", r.dir);
+	CHECK(truncate(path, 0) == 0, "truncate %s", path);
+	touch(&r, "free");
+	CHECK(wait_lines(&r, tags, 1, "freed ", &n) == 0, "free did not finish");
+	touch(&r, "refill");
+	CHECK(wait_lines(&r, tags, 1, "refilled ", &n) == 0 && n == 0, "refilled %d after the truncation", n);
+	touch(&r, "done");
+	struct run res;
+	finish_within(&r, pid, tags[0], 60, &res);
+	CHECK(res.status == 0, "the application was killed (exit %d): %s", res.status, res.err);
+	CHECK_STR_CONTAINS(res.err, "tmp/.vmem_node/ledger.v2 was truncated while in use");
+	struct fake_state *fs = map_fake(&r);
+	CHECK(fs != NULL && fs->peak[0] <= 256 * MiB, "the device held %llu MiB for a 256 MiB limit",
+	      fs ? (unsigned long long)(fs->peak[0] / MiB) : 0ull);
+	if (fs)
+		munmap(fs, sizeof(*fs));
+	root_teardown(&r);
+
+	root_setup_config(&r, "OK", CFG_NRI CFG_GPU0(268435456, 30));
+	const char *env[] = { "CUDA_CORE_LIMIT_0=30", "FAKE_NS_PER_BLOCK=1000", NULL };
+	pid = spawn(&r, LIBVGPU_TEST, PROBE("launch", "3", "1000"), env, "coretrunc");
+	CHECK(wait_exists(&r, "/tmp/.vgpu_lock/core.v2") == 0, "no core-limit file");
+	snprintf(path, sizeof(path), "%s/tmp/.vgpu_lock/core.v2", r.dir);
+	CHECK(truncate(path, 0) == 0, "truncate %s", path);
+	finish_within(&r, pid, "coretrunc", 60, &res);
+	CHECK(res.status == 0 && strstr(res.out, "launches="), "the application was killed (exit %d): %s%s", res.status,
+	      res.out, res.err);
+	CHECK_STR_CONTAINS(res.err, "the core-limit file was truncated while in use");
+	fs = map_fake(&r);
+	char *at = strstr(res.out, "elapsed=");
+	double elapsed = at ? atof(at + 8) : 0;
+	if (fs && elapsed > 0) {
+		double util = 100.0 * (double)fs->busy_total_ns[0] / (elapsed * 1e9);
+		CHECK(util < 80, "a 30%% core limit left the GPU %.0f%% busy after the truncation", util);
+	}
+	if (fs)
+		munmap(fs, sizeof(*fs));
+	root_teardown(&r);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
@@ -881,6 +1059,8 @@ int main(int argc, char **argv)
 		{ "reconcile", test_reconcile }, { "prodlib", test_prodlib }, { "corelimit", test_corelimit },
 		{ "envignored", test_envignored }, { "noconfig", test_noconfig }, { "forgedconfig", test_forgedconfig }, { "index16", test_index16 },
 		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork }, { "stdin", test_stdin },
+		{ "vmm", test_vmm }, { "asyncfree", test_asyncfree },
+		{ "ledgerlock", test_ledgerlock }, { "truncate", test_truncate },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -1,25 +1,23 @@
 /* TEST DOUBLE: a fake libcuda.so.1 with exactly the entry points libvgpu hooks or calls,
  * plus what the test programs need (contexts, synchronisation). Device memory is host
  * memory; usage is recorded per process in the shared state (fake_state.h); a launch
- * occupies the device for blocks * FAKE_NS_PER_BLOCK ns, serialised like one GPU. */
+ * occupies the device for blocks * FAKE_NS_PER_BLOCK ns, serialised like one GPU. The
+ * virtual memory API is in fake_vmm.c, streams, events and stream-ordered frees in
+ * fake_stream.c. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "../../src/cuda_api.h"
-#include "fake_state.h"
-
-#define API __attribute__((visibility("default")))
+#include "fake_cuda.h"
 
 static __thread int current_dev = -1; /* device index (shared state), not the CUDA ordinal */
 static __thread int current_ordinal = -1;
 static int initialised;
 
 /* Process-local table of allocations: key -> (bytes, device). */
-struct alloc { uint64_t key, bytes; int dev; void *host; };
-static struct alloc *allocs;
+static struct fake_alloc *allocs;
 static size_t nallocs, capallocs;
 static uint32_t next_v1 = 0x1000;
 
@@ -27,17 +25,17 @@ static CUresult record(uint64_t key, uint64_t bytes, int dev, void *host)
 {
 	if (nallocs == capallocs) {
 		size_t ncap = capallocs ? capallocs * 2 : 256;
-		struct alloc *n = realloc(allocs, ncap * sizeof(*n));
+		struct fake_alloc *n = realloc(allocs, ncap * sizeof(*n));
 		if (n == NULL)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		allocs = n;
 		capallocs = ncap;
 	}
-	allocs[nallocs++] = (struct alloc){ key, bytes, dev, host };
+	allocs[nallocs++] = (struct fake_alloc){ key, bytes, dev, host, 1, 0, 0 };
 	return CUDA_SUCCESS;
 }
 
-static int unrecord(uint64_t key, struct alloc *out)
+static int unrecord(uint64_t key, struct fake_alloc *out)
 {
 	for (size_t i = 0; i < nallocs; i++) {
 		if (allocs[i].key == key) {
@@ -49,12 +47,22 @@ static int unrecord(uint64_t key, struct alloc *out)
 	return 0;
 }
 
+struct fake_alloc *fake_alloc_find(uint64_t key)
+{
+	for (size_t i = 0; i < nallocs; i++)
+		if (allocs[i].key == key)
+			return &allocs[i];
+	return NULL;
+}
+
+int fake_initialised(void) { return initialised; }
+
 /* CUDA ordinal -> device index: CUDA_VISIBLE_DEVICES (indices), else the identity. -1 if
  * the ordinal does not exist. */
 static int nvisible = -1;
 static int visible[FAKE_MAX_DEV];
 
-static int device_of(int ordinal)
+int fake_device_of(int ordinal)
 {
 	struct fake_state *s = fake_state();
 	if (nvisible < 0) {
@@ -97,7 +105,7 @@ API CUresult cuDeviceGetCount(int *count)
 {
 	if (!initialised)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	device_of(0);
+	fake_device_of(0);
 	*count = nvisible;
 	return CUDA_SUCCESS;
 }
@@ -109,7 +117,7 @@ API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice ordinal)
 	struct fake_state *s = fake_state();
 	if (!initialised)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	int dev = device_of(ordinal);
+	int dev = fake_device_of(ordinal);
 	if (dev < 0)
 		return CUDA_ERROR_INVALID_DEVICE;
 	const char *p = s->uuid[dev] + 4; /* after "GPU-" */
@@ -125,7 +133,7 @@ API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice ordinal)
 API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice ordinal)
 {
 	struct fake_state *s = fake_state();
-	int dev = device_of(ordinal);
+	int dev = fake_device_of(ordinal);
 	if (dev < 0)
 		return CUDA_ERROR_INVALID_DEVICE;
 	*bytes = s->total[dev];
@@ -148,7 +156,7 @@ API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice ordinal
 	(void)flags;
 	if (!initialised)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	int dev = device_of(ordinal);
+	int dev = fake_device_of(ordinal);
 	if (dev < 0)
 		return CUDA_ERROR_INVALID_DEVICE;
 	current_dev = dev; /* the device index; cuCtxGetDevice answers the ordinal */
@@ -184,6 +192,15 @@ API CUresult cuCtxSynchronize(void)
 		struct timespec ts = { (time_t)((until - now) / 1000000000ull), (long)((until - now) % 1000000000ull) };
 		nanosleep(&ts, NULL);
 	}
+	fake_streams_drain();
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxGetCurrent(CUcontext *ctx)
+{
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	*ctx = current_ordinal < 0 ? NULL : (CUcontext)(uintptr_t)(current_ordinal + 1);
 	return CUDA_SUCCESS;
 }
 
@@ -215,7 +232,7 @@ API CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total)
 	return r;
 }
 
-static CUresult alloc_on(int dev, uint64_t bytes, uint64_t *key, int v1)
+CUresult fake_alloc_on(int dev, uint64_t bytes, uint64_t *key, int v1)
 {
 	if (!initialised)
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -249,9 +266,9 @@ static CUresult alloc_on(int dev, uint64_t bytes, uint64_t *key, int v1)
 	return record(*key, bytes, dev, host);
 }
 
-static CUresult free_key(uint64_t key)
+CUresult fake_free_key(uint64_t key)
 {
-	struct alloc a;
+	struct fake_alloc a;
 	if (!initialised)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!unrecord(key, &a))
@@ -267,7 +284,7 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
 	CUresult r = need_ctx();
 	uint64_t key;
-	if (r == CUDA_SUCCESS && (r = alloc_on(current_dev, bytesize, &key, 0)) == CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS && (r = fake_alloc_on(current_dev, bytesize, &key, 0)) == CUDA_SUCCESS)
 		*dptr = key;
 	return r;
 }
@@ -276,7 +293,7 @@ API CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
 {
 	CUresult r = need_ctx();
 	uint64_t key;
-	if (r == CUDA_SUCCESS && (r = alloc_on(current_dev, bytesize, &key, 1)) == CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS && (r = fake_alloc_on(current_dev, bytesize, &key, 1)) == CUDA_SUCCESS)
 		*dptr = (CUdeviceptr_v1)key;
 	return r;
 }
@@ -315,27 +332,8 @@ API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemor
 API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p, CUstream s)
 { (void)p; (void)s; return cuMemAlloc_v2(dptr, bytesize); }
 
-API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-			 unsigned long long flags)
-{
-	(void)flags;
-	if (prop == NULL || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-		return CUDA_ERROR_INVALID_VALUE;
-	uint64_t key;
-	int dev = device_of(prop->location.id);
-	if (dev < 0)
-		return CUDA_ERROR_INVALID_DEVICE;
-	CUresult r = alloc_on(dev, size, &key, 0);
-	if (r == CUDA_SUCCESS)
-		*handle = key;
-	return r;
-}
-
-API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { return free_key(handle); }
-API CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_key(dptr); }
-API CUresult cuMemFree(CUdeviceptr_v1 dptr) { return free_key(dptr); }
-API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { (void)s; return free_key(dptr); }
-API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { (void)s; return free_key(dptr); }
+API CUresult cuMemFree_v2(CUdeviceptr dptr) { return fake_free_key(dptr); }
+API CUresult cuMemFree(CUdeviceptr_v1 dptr) { return fake_free_key(dptr); }
 
 static uint64_t ns_per_block(void)
 {
@@ -431,6 +429,16 @@ static const struct proc_entry proc_table[] = {
 	E(cuCtxCreate, cuCtxCreate_v2, 3020, 0),
 	E(cuCtxGetDevice, cuCtxGetDevice, 2000, 0),
 	E(cuCtxSynchronize, cuCtxSynchronize, 2000, 0),
+	E(cuCtxGetCurrent, cuCtxGetCurrent, 2000, 0),
+	E(cuStreamCreate, cuStreamCreate, 2000, 0),
+	E(cuStreamSynchronize, cuStreamSynchronize, 2000, 0),
+	E(cuStreamQuery, cuStreamQuery, 2000, 0),
+	E(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0),
+	E(cuStreamWaitValue32, cuStreamWaitValue32, 8000, 0),
+	E(cuEventCreate, cuEventCreate, 2000, 0),
+	E(cuEventRecord, cuEventRecord, 2000, 0),
+	E(cuEventQuery, cuEventQuery, 2000, 0),
+	E(cuEventDestroy, cuEventDestroy_v2, 4000, 0),
 	E(cuMemGetInfo, cuMemGetInfo, 2000, 0),
 	E(cuMemGetInfo, cuMemGetInfo_v2, 3020, 0),
 	E(cuMemAlloc, cuMemAlloc, 2000, 0),
@@ -444,6 +452,11 @@ static const struct proc_entry proc_table[] = {
 	E(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz, 11020, 1),
 	E(cuMemCreate, cuMemCreate, 10020, 0),
 	E(cuMemRelease, cuMemRelease, 10020, 0),
+	E(cuMemAddressReserve, cuMemAddressReserve, 10020, 0),
+	E(cuMemAddressFree, cuMemAddressFree, 10020, 0),
+	E(cuMemMap, cuMemMap, 10020, 0),
+	E(cuMemUnmap, cuMemUnmap, 10020, 0),
+	E(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0),
 	E(cuMemFree, cuMemFree, 2000, 0),
 	E(cuMemFree, cuMemFree_v2, 3020, 0),
 	E(cuMemFreeAsync, cuMemFreeAsync, 11020, 0),

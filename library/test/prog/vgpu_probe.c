@@ -10,6 +10,15 @@
  *   fork <MiB> <MiB> <MiB>  allocate the first; a forked child allocates the second and exits
  *                        without freeing; then the parent allocates the third
  *   fill <MiB> <dir>     allocate chunks until OOM; in phases driven by files in <dir>
+ *   vmm <MiB> <max>      the CUDA Programming Guide's virtual memory pattern in a loop: reserve a
+ *                        range, create <MiB>, map it, release the handle at once; until a call
+ *                        fails or <max> rounds; then allocate, unmap everything, allocate again
+ *   vmmrefs <MiB>        a handle retained from its mapping, a handle mapped twice: what stays
+ *                        charged after each release and unmap
+ *   asyncfree <MiB> <stream|ptsz>  a stream-ordered free queued behind a wait that does not
+ *                        end: allocate <MiB> while it is queued, then let the stream go on and
+ *                        allocate again (on a stream of its own, or the per-thread default
+ *                        stream through the _ptsz entry points)
  *   launch <seconds> <blocks>  launch kernels back to back (core-limit measurement)
  *   stdin                cuInit, an allocation, then read a line from stdin and print it
  * Results are printed, never asserted here: the harness asserts what it reads. */
@@ -27,6 +36,10 @@
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
 CUresult cuCtxSynchronize(void);
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
+CUresult cuStreamCreate(CUstream *stream, unsigned int flags);
+CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, uint32_t value, unsigned int flags);
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+			     unsigned long long flags);
 
 /* dlsym as an application built on glibc < 2.34 references it */
 extern void *old_dlsym(void *, const char *);
@@ -60,6 +73,7 @@ static const struct { const char *name; void *linked; } cuda_names[] = {
 	N(cuMemGetInfo), N(cuMemGetInfo_v2), N(cuMemAlloc), N(cuMemAlloc_v2), N(cuMemAllocPitch),
 	N(cuMemAllocPitch_v2), N(cuMemAllocManaged), N(cuMemAllocAsync), N(cuMemAllocAsync_ptsz),
 	N(cuMemAllocFromPoolAsync), N(cuMemAllocFromPoolAsync_ptsz), N(cuMemCreate), N(cuMemRelease),
+	N(cuMemMap), N(cuMemUnmap), N(cuMemRetainAllocationHandle),
 	N(cuMemFree), N(cuMemFree_v2), N(cuMemFreeAsync), N(cuMemFreeAsync_ptsz), N(cuLaunchKernel),
 	N(cuLaunchKernel_ptsz), N(cuLaunchCooperativeKernel), N(cuLaunchCooperativeKernel_ptsz),
 	N(cuLaunchKernelEx), N(cuLaunchKernelEx_ptsz), N(cuGraphLaunch), N(cuGraphLaunch_ptsz),
@@ -116,6 +130,9 @@ static const struct procaddr_case procaddr_cases[] = {
 	{ "cuMemAllocFromPoolAsync", 12000, 2, "cuMemAllocFromPoolAsync_ptsz" },
 	{ "cuMemCreate", 12000, 0, "cuMemCreate" },
 	{ "cuMemRelease", 12000, 0, "cuMemRelease" },
+	{ "cuMemMap", 12000, 0, "cuMemMap" },
+	{ "cuMemUnmap", 12000, 0, "cuMemUnmap" },
+	{ "cuMemRetainAllocationHandle", 12000, 0, "cuMemRetainAllocationHandle" },
 	{ "cuMemAllocManaged", 12000, 0, "cuMemAllocManaged" },
 	{ "cuLaunchKernel", 12000, 0, "cuLaunchKernel" },
 	{ "cuLaunchKernel", 12000, 2, "cuLaunchKernel_ptsz" },
@@ -320,6 +337,99 @@ static int cmd_fill(uint64_t chunk_mib, const char *dir)
 	return 0;
 }
 
+static const CUmemAllocationProp vmm_prop = { .type = 1, .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+
+static int cmd_vmm(uint64_t mib, int max)
+{
+	setup();
+	uint64_t bytes = mib * MiB;
+	CUdeviceptr va[1024];
+	int n = 0;
+	CUresult r = CUDA_SUCCESS;
+	if (max > 1024)
+		max = 1024;
+	while (n < max) {
+		CUmemGenericAllocationHandle h;
+		if ((r = cuMemAddressReserve(&va[n], bytes, 0, 0, 0)) != CUDA_SUCCESS)
+			break;
+		if ((r = cuMemCreate(&h, bytes, &vmm_prop, 0)) != CUDA_SUCCESS)
+			break;
+		if ((r = cuMemMap(va[n], bytes, 0, h, 0)) != CUDA_SUCCESS || (r = cuMemRelease(h)) != CUDA_SUCCESS)
+			break;
+		n++;
+	}
+	printf("vmm mapped %d x %" PRIu64 " MiB, then %d\n", n, mib, r);
+	CUdeviceptr p;
+	printf("alloc %" PRIu64 " MiB = %d\n", mib, cuMemAlloc_v2(&p, bytes));
+	int unmapped = 0;
+	for (int i = 0; i < n; i++)
+		unmapped += cuMemUnmap(va[i], bytes) == CUDA_SUCCESS;
+	printf("unmapped %d\n", unmapped);
+	printf("after unmap alloc %" PRIu64 " MiB = %d\n", (uint64_t)n * mib, cuMemAlloc_v2(&p, (uint64_t)n * bytes));
+	return 0;
+}
+
+static void say_alloc(const char *when, uint64_t bytes)
+{
+	CUdeviceptr p;
+	CUresult r = cuMemAlloc_v2(&p, bytes);
+	printf("%s: alloc %" PRIu64 " MiB = %d\n", when, (uint64_t)(bytes / MiB), r);
+	if (r == CUDA_SUCCESS)
+		cuMemFree_v2(p);
+}
+
+/* <MiB> must be more than half the limit: while it is charged, another <MiB> does not fit. */
+static int cmd_vmmrefs(uint64_t mib)
+{
+	setup();
+	uint64_t bytes = mib * MiB;
+	CUdeviceptr va1, va2;
+	CUmemGenericAllocationHandle h, again;
+	if (cuMemAddressReserve(&va1, bytes, 0, 0, 0) != CUDA_SUCCESS || cuMemAddressReserve(&va2, bytes, 0, 0, 0) != CUDA_SUCCESS)
+		return 10;
+	/* retained through its mapping: two references, one mapping */
+	if (cuMemCreate(&h, bytes, &vmm_prop, 0) != CUDA_SUCCESS || cuMemMap(va1, bytes, 0, h, 0) != CUDA_SUCCESS)
+		return 11;
+	printf("retain = %d\n", cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)va1));
+	printf("release = %d\n", cuMemRelease(h));
+	printf("unmap = %d\n", cuMemUnmap(va1, bytes));
+	say_alloc("retained, released once, unmapped", bytes);
+	printf("release retained = %d\n", cuMemRelease(again));
+	say_alloc("both references released", bytes);
+	/* mapped twice: released, then unmapped one at a time */
+	if (cuMemCreate(&h, bytes, &vmm_prop, 0) != CUDA_SUCCESS || cuMemMap(va1, bytes, 0, h, 0) != CUDA_SUCCESS ||
+	    cuMemMap(va2, bytes, 0, h, 0) != CUDA_SUCCESS || cuMemRelease(h) != CUDA_SUCCESS)
+		return 12;
+	printf("unmap first = %d\n", cuMemUnmap(va1, bytes));
+	say_alloc("mapped twice, released, one unmapped", bytes);
+	printf("unmap second = %d\n", cuMemUnmap(va2, bytes));
+	say_alloc("both mappings gone", bytes);
+	return 0;
+}
+
+static int cmd_asyncfree(uint64_t mib, const char *variant)
+{
+	setup();
+	int ptsz = strcmp(variant, "ptsz") == 0;
+	CUstream s = NULL;
+	if (!ptsz && cuStreamCreate(&s, 0) != CUDA_SUCCESS)
+		return 13;
+	static volatile uint32_t go;
+	if (cuStreamWaitValue32(ptsz ? CU_STREAM_PER_THREAD : s, (CUdeviceptr)(uintptr_t)&go, 1, CU_STREAM_WAIT_VALUE_GEQ) !=
+	    CUDA_SUCCESS)
+		return 14;
+	CUdeviceptr p;
+	uint64_t bytes = mib * MiB;
+	CUresult r = ptsz ? cuMemAllocAsync_ptsz(&p, bytes, NULL) : cuMemAllocAsync(&p, bytes, s);
+	printf("allocAsync %" PRIu64 " MiB = %d\n", mib, r);
+	r = ptsz ? cuMemFreeAsync_ptsz(p, NULL) : cuMemFreeAsync(p, s);
+	printf("freeAsync = %d\n", r);
+	say_alloc("free queued, stream held", bytes);
+	__atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+	say_alloc("stream let go", bytes);
+	return 0;
+}
+
 static int cmd_stdin(void)
 {
 	setup();
@@ -365,6 +475,12 @@ int main(int argc, char **argv)
 		return cmd_alloc(argc - 2, argv + 2, 0);
 	if (argc >= 3 && strcmp(argv[1], "hold") == 0)
 		return cmd_alloc(argc - 2, argv + 2, 1);
+	if (argc >= 4 && strcmp(argv[1], "vmm") == 0)
+		return cmd_vmm(strtoull(argv[2], NULL, 10), atoi(argv[3]));
+	if (argc >= 3 && strcmp(argv[1], "vmmrefs") == 0)
+		return cmd_vmmrefs(strtoull(argv[2], NULL, 10));
+	if (argc >= 4 && strcmp(argv[1], "asyncfree") == 0)
+		return cmd_asyncfree(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc >= 2 && strcmp(argv[1], "stdin") == 0)
 		return cmd_stdin();
 	if (argc >= 5 && strcmp(argv[1], "fork") == 0)
@@ -373,6 +489,6 @@ int main(int argc, char **argv)
 		return cmd_fill(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc >= 4 && strcmp(argv[1], "launch") == 0)
 		return cmd_launch(atof(argv[2]), (unsigned)atoi(argv[3]));
-	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|stdin ...\n");
+	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|vmm|vmmrefs|asyncfree|stdin ...\n");
 	return 2;
 }

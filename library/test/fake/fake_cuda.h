@@ -1,0 +1,63 @@
+/* TEST DOUBLE: what the fake libcuda.so.1's files share (fake_cuda.c: devices, contexts,
+ * allocations, launches; fake_vmm.c: virtual memory management; fake_stream.c: streams,
+ * events, stream-ordered frees). Not part of any API. */
+#ifndef FAKE_CUDA_H
+#define FAKE_CUDA_H
+
+#include <stdint.h>
+
+#include "../../src/cuda_api.h"
+#include "fake_state.h"
+
+#define API __attribute__((visibility("default")))
+
+/* One allocation of this process: a device pointer or a VMM handle. A handle's physical
+ * memory lives while the application holds a reference to it (cuMemCreate,
+ * cuMemRetainAllocationHandle; each cuMemRelease drops one) or a mapping of it (cuMemMap),
+ * as the driver's does: the bytes are charged until both are gone. */
+struct fake_alloc {
+	uint64_t key, bytes;
+	int dev;
+	void *host;
+	uint32_t refs; /* VMM handles: references the application holds */
+	uint32_t maps; /* VMM handles: mappings of it */
+	int freeing;   /* a stream-ordered free of it is queued */
+};
+
+int fake_initialised(void);
+/* CUDA ordinal -> device index in the shared state, or -1. */
+int fake_device_of(int ordinal);
+/* Charges bytes on dev and records the allocation under a new key. */
+CUresult fake_alloc_on(int dev, uint64_t bytes, uint64_t *key, int v1);
+/* Forgets the allocation and gives its bytes back. */
+CUresult fake_free_key(uint64_t key);
+/* The allocation recorded under key, or NULL. */
+struct fake_alloc *fake_alloc_find(uint64_t key);
+
+/* VMM entry points (fake_vmm.c), for cuGetProcAddress's table. */
+API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+		     unsigned long long flags);
+API CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+			     unsigned long long flags);
+API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+		  unsigned long long flags);
+API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+
+/* Streams (fake_stream.c): cuCtxSynchronize runs every stream as far as it can go. */
+void fake_streams_drain(void);
+API CUresult cuStreamCreate(CUstream *stream, unsigned int flags);
+API CUresult cuStreamSynchronize(CUstream stream);
+API CUresult cuStreamQuery(CUstream stream);
+API CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status);
+API CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, uint32_t value, unsigned int flags);
+API CUresult cuEventCreate(CUevent *event, unsigned int flags);
+API CUresult cuEventRecord(CUevent event, CUstream stream);
+API CUresult cuEventQuery(CUevent event);
+API CUresult cuEventDestroy_v2(CUevent event);
+API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
+
+#endif

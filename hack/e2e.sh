@@ -27,6 +27,11 @@ main() {
   "${HACK_DIR}/build-artifacts.sh"
   log "helm lint"
   "${CLUSTER_BIN}/helm" lint --strict "${REPO_ROOT}/deployments/helm/vgpu-dra"
+  # values.schema.json is in force: helm itself refuses a value the binaries would refuse.
+  local refused
+  refused="$("${CLUSTER_BIN}/helm" template "${REPO_ROOT}/deployments/helm/vgpu-dra" --kube-version 1.37.2 \
+    --set deviceSource=bogus 2>&1 >/dev/null)" && die "helm template took --set deviceSource=bogus: values.schema.json is not in force"
+  [[ "${refused}" == *"'/deviceSource'"* ]] || die "helm template refused --set deviceSource=bogus, but not by the schema: ${refused}"
   trap teardown EXIT
   # A cluster left up (make demo) has the demo's release and pods: cluster-up would keep it.
   take_down_cluster_left_up "the e2e suite"

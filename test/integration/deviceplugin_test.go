@@ -175,22 +175,38 @@ func TestDevicePluginSurvivesKubeletRestart(t *testing.T) {
 	n.startKubelet()
 	n.start()
 	n.waitAllocatable(2 * dpShares)
-	for round := 2; round <= 4; round++ {
-		n.kubelet.restart(false)
-		n.kubelet.waitFor("registration "+strconv.Itoa(round), dpWait, func(k *dpKubelet) bool { return k.accepted() == round })
+	// Each restart must bring a new registration, on both sides. Counted as "more than before",
+	// not as exact totals: a Register whose answer is lost (EOF while the kubelet goes away)
+	// is accepted by the kubelet, not counted by the plugin, and tried again.
+	restart := func(what string, keepSockets bool) {
+		t.Helper()
+		kubeletBefore, pluginBefore := n.kubelet.acceptedNow(), n.plugin.Debug().Registrations
+		n.kubelet.restart(keepSockets)
+		n.kubelet.waitFor(what, dpWait, func(k *dpKubelet) bool { return k.accepted() > kubeletBefore })
 		n.waitAllocatable(2 * dpShares)
-		// The fake kubelet counts a registration before its answer reaches the plugin; restarting
-		// it in between would only make the plugin register once more with the next one.
-		n.waitPluginRegistrations(int64(round))
+		n.waitPluginRegistrationsAbove(pluginBefore)
+	}
+	for round := 2; round <= 4; round++ {
+		restart("registration "+strconv.Itoa(round), false)
 	}
 	// Only kubelet.sock is new; the plugin's own socket stays.
-	n.kubelet.restart(true)
-	n.kubelet.waitFor("registration with the new kubelet.sock", dpWait, func(k *dpKubelet) bool { return k.accepted() == 5 })
-	n.waitAllocatable(2 * dpShares)
+	restart("registration with the new kubelet.sock", true)
 	waitHealthy(t, n.plugin)
-	n.waitPluginRegistrations(5)
 	if _, err := n.kubelet.allocate("ns", "after-restart", deviceplugin.ShareID(n.gpuUUID(0), 0)); err != nil {
 		t.Errorf("Allocate after the restarts: %v", err)
+	}
+}
+
+// waitPluginRegistrationsAbove waits until the plugin has counted more registrations than
+// before.
+func (n *dpNode) waitPluginRegistrationsAbove(before int64) {
+	n.t.Helper()
+	deadline := time.Now().Add(dpWait)
+	for n.plugin.Debug().Registrations <= before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := n.plugin.Debug().Registrations; got <= before {
+		n.t.Errorf("debug state counts %d registrations, no more than the %d before the kubelet restarted", got, before)
 	}
 }
 

@@ -102,6 +102,13 @@ func (k *dpKubelet) stop() {
 	}
 }
 
+// acceptedNow is accepted, under the kubelet's lock.
+func (k *dpKubelet) acceptedNow() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.accepted()
+}
+
 // restart is a kubelet restart: it exits, and the new one removes every socket in the
 // directory (the plugin's too) before it listens on kubelet.sock again. With keepSockets the
 // new kubelet leaves the plugin's socket alone and only kubelet.sock is new.

@@ -35,15 +35,10 @@ type claimUsers struct {
 var _ driver.ClaimUsers = (*claimUsers)(nil)
 
 // claimUsers builds the view for an ownership term; its events go out until ctx ends.
-func (p *Plugin) claimUsers(ctx context.Context, layout claimdir.Layout) *claimUsers {
-	u := &claimUsers{layout: layout}
+func (p *Plugin) claimUsers(ctx context.Context, layout claimdir.Layout, cgroups *registry.CgroupHierarchy) *claimUsers {
+	u := &claimUsers{layout: layout, cgroups: cgroups}
 	if p.nri != nil {
 		u.cache = p.nri.plugin.Cache()
-	}
-	if h, err := registry.DetectCgroupHierarchy("/proc"); err == nil {
-		u.cgroups = &h
-	} else {
-		p.logger.Error(err, "No cgroup hierarchy: the reconciliation cannot tell which per-claim claims still have containers, nor stop any")
 	}
 	if p.deps.KubeClient != nil {
 		events := podevents.NewFor(p.deps.KubeClient, p.cfg.NodeName, podevents.PluginComponent)

@@ -26,11 +26,10 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 	if !cfg.Enforce || !cfg.VGPU {
 		return
 	}
-	cgroups, err := registry.DetectCgroupHierarchy("/proc")
-	if err != nil {
-		p.logger.Error(err, "The node-side enforcer cannot find the cgroup hierarchy; it does not run")
-		return
+	if t.cgroups == nil {
+		return // logged when the term began
 	}
+	cgroups := *t.cgroups
 	events := podevents.New(p.deps.KubeClient, cfg.NodeName)
 	context.AfterFunc(ctx, events.Shutdown)
 	var cache *nri.Cache

@@ -20,11 +20,14 @@ import (
 // ownerTerm is what this instance runs while it owns the node (contract §14), from becomeOwner
 // to the handover (fence, release) or Stop.
 type ownerTerm struct {
-	lock      *instancelock.Lock
-	store     *checkpoint.Store
-	claims    checkpointClaims
-	driver    *driver.Driver
-	registry  *registry.Server
+	lock     *instancelock.Lock
+	store    *checkpoint.Store
+	claims   checkpointClaims
+	driver   *driver.Driver
+	registry *registry.Server
+	// cgroups is the node's cgroup hierarchy, found once per term for the reconciliation's
+	// view of claim users and the enforcer; nil when it was not found.
+	cgroups   *registry.CgroupHierarchy
 	publisher *slicePublisher
 	handover  *handover.Server
 	// ctx ends at release or stop: ResourceSlice publishing, GPU health events, the debug and
@@ -70,11 +73,16 @@ func (p *Plugin) becomeOwner(lock *instancelock.Lock, nriIndex, event string) (f
 	if bootID == "" {
 		bootID = readBootID()
 	}
+	if h, err := registry.DetectCgroupHierarchy("/proc"); err == nil {
+		t.cgroups = &h
+	} else {
+		logger.Error(err, "No cgroup hierarchy: the enforcer does not run, and the reconciliation cannot tell which per-claim claims still have containers, nor stop any")
+	}
 	if t.driver, err = newDriver(ctx, cfg, layout, driverParts{
 		devices: p.devices, store: t.store, metrics: p.metrics, dra: p.dra, paths: p.claimPaths(), quarantine: quarantine,
 		simulated: isSimulated(p.gpus), bootID: bootID, onFatal: p.fail,
 		claims: newKubeClaims(cmp.Or(p.deps.BackgroundClient, p.deps.KubeClient), cfg.NodeName), atStep: p.deps.AtStep,
-		users: p.claimUsers(ctx, layout),
+		users: p.claimUsers(ctx, layout, t.cgroups),
 	}); err != nil {
 		return err
 	}

@@ -1,0 +1,161 @@
+package arbiter
+
+import (
+	"path/filepath"
+	"sync"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
+	"github.com/vgpu-dra/vgpu-dra/pkg/fsutil"
+)
+
+// Arbiter divides each GPU's cores between the shares on it, pass after pass, and publishes each
+// target's allowances in its config directory (contract §16). The node enforcer calls it from
+// its compute pass, with the utilisation it has just read; it is not safe for concurrent use
+// except for Allowances and Snapshot, which the metrics read.
+type Arbiter struct {
+	// write publishes a file; fsutil.WriteFileAtomic unless a test replaces it.
+	write func(path string, data []byte) error
+	// onError is told about a file that could not be written; may be nil.
+	onError func(target, path string, err error)
+
+	// pass is the division in progress: target → GPU → allowance.
+	pass map[string]map[string]float64
+	dirs map[string]string
+
+	mu sync.Mutex
+	// current is the last completed pass's division, by target and GPU, with the share's terms.
+	current map[string]map[string]Status
+	// next is the pass in progress's.
+	next map[string]map[string]Status
+	// written is the content last published per target's file.
+	written map[string]string
+}
+
+// Status is one target's share of one GPU after a pass: what the metrics and `kubectl vgpu` show.
+type Status struct {
+	Class                       Class
+	Request, Ceiling, Allowance float64
+	Util                        float64
+}
+
+// New returns an arbiter that writes files atomically. onError may be nil.
+func New(onError func(target, path string, err error)) *Arbiter {
+	return &Arbiter{
+		write: func(path string, data []byte) error {
+			return fsutil.WriteFileAtomic(path, data, contract.CoreAllowanceMode)
+		},
+		onError: onError,
+		pass:    map[string]map[string]float64{},
+		dirs:    map[string]string{},
+		current: map[string]map[string]Status{},
+		next:    map[string]map[string]Status{},
+		written: map[string]string{},
+	}
+}
+
+// Input is one target on one GPU in a pass.
+type Input struct {
+	Share
+	// ConfigDir is the target's host config directory, where its allowance file goes; empty:
+	// nowhere (the enforcer still holds it to the allowance).
+	ConfigDir string
+}
+
+// Divide divides one GPU between the inputs of this pass and returns each one's allowance.
+// Prev comes from the arbiter's own memory: what an input carries is ignored.
+func (a *Arbiter) Divide(gpu string, in []Input) []float64 {
+	shares := make([]Share, len(in))
+	a.mu.Lock()
+	for i, x := range in {
+		shares[i] = x.Share
+		shares[i].Prev = a.current[x.Key][gpu].Allowance
+	}
+	a.mu.Unlock()
+	out := Divide(shares)
+	for i, x := range in {
+		m := a.pass[x.Key]
+		if m == nil {
+			m = map[string]float64{}
+			a.pass[x.Key] = m
+		}
+		m[gpu] = out[i]
+		if x.ConfigDir != "" {
+			a.dirs[x.Key] = x.ConfigDir
+		}
+		req, ceil := terms(x.Share)
+		a.record(x.Key, gpu, Status{Class: classOf(x.Share), Request: req, Ceiling: ceil, Allowance: out[i], Util: x.Util})
+	}
+	return out
+}
+
+func (a *Arbiter) record(key, gpu string, s Status) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := a.next[key]
+	if m == nil {
+		m = map[string]Status{}
+		a.next[key] = m
+	}
+	m[gpu] = s
+}
+
+// EndPass publishes the pass's division: each target's allowance file is rewritten when its
+// content changed, and the targets no pass divided for are forgotten (their directories went
+// with their containers).
+func (a *Arbiter) EndPass() {
+	for key, gpus := range a.pass {
+		dir := a.dirs[key]
+		if dir == "" {
+			continue
+		}
+		data := string(contract.EncodeCoreAllowances(gpus))
+		a.mu.Lock()
+		same := a.written[key] == data
+		a.mu.Unlock()
+		if same {
+			continue
+		}
+		path := filepath.Join(dir, contract.CoreAllowanceName)
+		if err := a.write(path, []byte(data)); err != nil {
+			if a.onError != nil {
+				a.onError(key, path, err)
+			}
+			continue // tried again next pass
+		}
+		a.mu.Lock()
+		a.written[key] = data
+		a.mu.Unlock()
+	}
+	a.mu.Lock()
+	a.current, a.next = a.next, map[string]map[string]Status{}
+	for key := range a.written {
+		if _, ok := a.pass[key]; !ok {
+			delete(a.written, key)
+		}
+	}
+	a.mu.Unlock()
+	a.pass, a.dirs = map[string]map[string]float64{}, map[string]string{}
+}
+
+// Allowance is the target's allowance on the GPU after the last pass; false when it has none.
+func (a *Arbiter) Allowance(key, gpu string) (float64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.current[key][gpu]
+	return s.Allowance, ok
+}
+
+// Snapshot is the last pass's division: target key → GPU → status.
+func (a *Arbiter) Snapshot() map[string]map[string]Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]map[string]Status, len(a.current))
+	for k, m := range a.current {
+		c := make(map[string]Status, len(m))
+		for g, s := range m {
+			c[g] = s
+		}
+		out[k] = c
+	}
+	return out
+}

@@ -130,6 +130,7 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&f.coreMode, "core-enforcement", string(enforce.CoreReport), "What the enforcer does about a container whose SM utilisation on a GPU (NVML's per-process samples of its processes, summed), averaged over --core-enforce-window, exceeds its claim's cores by more than --core-enforce-margin points: report (metric, log, one Warning event per episode), throttle (also freeze its cgroups in a duty cycle until it is back under; needs /sys/fs/cgroup writable) or off.")
 	fs.UintVar(&f.coreMargin, "core-enforce-margin", enforce.DefaultCoreMargin, "Percentage points (1-100) a container's average SM utilisation may exceed its claim's cores by before --core-enforcement acts.")
 	fs.DurationVar(&c.Enforcement.CoreWindow, "core-enforce-window", enforce.DefaultCoreWindow, "The span a container's SM utilisation is averaged over for --core-enforcement.")
+	fs.DurationVar(&c.Enforcement.CorePeriod, "core-period", enforce.DefaultCorePeriod, "How often the enforcer reads NVML's per-process SM utilisation on every shared GPU and the compute arbiter divides each GPU between its containers (contract §16): a burst above a container's cores is given back one period after another container wants its part.")
 	fs.StringVar(&c.DebugSocket, "debug-socket", "", `Unix socket of the JSON debug endpoint (NRI state, cache, prepared claims); default <state-dir>/debug.sock, "-" disables it.`)
 	common.AddFlags(fs)
 	return f, nil

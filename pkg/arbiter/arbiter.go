@@ -20,7 +20,7 @@ type Arbiter struct {
 
 	// pass is the division in progress: target → GPU → allowance.
 	pass map[string]map[string]float64
-	dirs map[string]string
+	dirs map[string][]string
 
 	mu sync.Mutex
 	// current is the last completed pass's division, by target and GPU, with the share's terms.
@@ -46,7 +46,7 @@ func New(onError func(target, path string, err error)) *Arbiter {
 		},
 		onError: onError,
 		pass:    map[string]map[string]float64{},
-		dirs:    map[string]string{},
+		dirs:    map[string][]string{},
 		current: map[string]map[string]Status{},
 		next:    map[string]map[string]Status{},
 		written: map[string]string{},
@@ -56,9 +56,10 @@ func New(onError func(target, path string, err error)) *Arbiter {
 // Input is one target on one GPU in a pass.
 type Input struct {
 	Share
-	// ConfigDir is the target's host config directory, where its allowance file goes; empty:
-	// nowhere (the enforcer still holds it to the allowance).
-	ConfigDir string
+	// ConfigDirs are the target's host config directories, where its allowance file goes (a
+	// device-plugin pod has one per container); none: nowhere (the enforcer still holds it to
+	// the allowance).
+	ConfigDirs []string
 }
 
 // Divide divides one GPU between the inputs of this pass and returns each one's allowance.
@@ -79,8 +80,8 @@ func (a *Arbiter) Divide(gpu string, in []Input) []float64 {
 			a.pass[x.Key] = m
 		}
 		m[gpu] = out[i]
-		if x.ConfigDir != "" {
-			a.dirs[x.Key] = x.ConfigDir
+		if len(x.ConfigDirs) > 0 {
+			a.dirs[x.Key] = x.ConfigDirs
 		}
 		req, ceil := terms(x.Share)
 		a.record(x.Key, gpu, Status{Class: classOf(x.Share), Request: req, Ceiling: ceil, Allowance: out[i], Util: x.Util})
@@ -104,27 +105,29 @@ func (a *Arbiter) record(key, gpu string, s Status) {
 // with their containers).
 func (a *Arbiter) EndPass() {
 	for key, gpus := range a.pass {
-		dir := a.dirs[key]
-		if dir == "" {
-			continue
-		}
+		dirs := a.dirs[key]
 		data := string(contract.EncodeCoreAllowances(gpus))
 		a.mu.Lock()
 		same := a.written[key] == data
 		a.mu.Unlock()
-		if same {
+		if same || len(dirs) == 0 {
 			continue
 		}
-		path := filepath.Join(dir, contract.CoreAllowanceName)
-		if err := a.write(path, []byte(data)); err != nil {
-			if a.onError != nil {
-				a.onError(key, path, err)
+		ok := true
+		for _, dir := range dirs {
+			path := filepath.Join(dir, contract.CoreAllowanceName)
+			if err := a.write(path, []byte(data)); err != nil {
+				ok = false
+				if a.onError != nil {
+					a.onError(key, path, err)
+				}
 			}
-			continue // tried again next pass
 		}
-		a.mu.Lock()
-		a.written[key] = data
-		a.mu.Unlock()
+		if ok { // else tried again next pass
+			a.mu.Lock()
+			a.written[key] = data
+			a.mu.Unlock()
+		}
 	}
 	a.mu.Lock()
 	a.current, a.next = a.next, map[string]map[string]Status{}
@@ -134,7 +137,7 @@ func (a *Arbiter) EndPass() {
 		}
 	}
 	a.mu.Unlock()
-	a.pass, a.dirs = map[string]map[string]float64{}, map[string]string{}
+	a.pass, a.dirs = map[string]map[string]float64{}, map[string][]string{}
 }
 
 // Allowance is the target's allowance on the GPU after the last pass; false when it has none.

@@ -51,8 +51,8 @@ func TestEndPassPublishesChangesOnly(t *testing.T) {
 	write := a.write
 	a.write = func(p string, d []byte) error { writes++; return write(p, d) }
 	pass := func(util float64) {
-		a.Divide("GPU-b", []Input{{Share: Share{Key: "c1", Request: 30, Ceiling: 100, Util: util}, ConfigDir: dir}})
-		a.Divide("GPU-a", []Input{{Share: Share{Key: "c1", Request: 20, Util: 0}, ConfigDir: dir}})
+		a.Divide("GPU-b", []Input{{Share: Share{Key: "c1", Request: 30, Ceiling: 100, Util: util}, ConfigDirs: []string{dir}}})
+		a.Divide("GPU-a", []Input{{Share: Share{Key: "c1", Request: 20, Util: 0}, ConfigDirs: []string{dir}}})
 		a.EndPass()
 	}
 	pass(30)
@@ -98,7 +98,7 @@ func TestEndPassRetriesAFailedWrite(t *testing.T) {
 		return write(p, d)
 	}
 	for range 2 {
-		a.Divide("GPU-a", []Input{{Share: Share{Key: "c1", Request: 30, Util: 30}, ConfigDir: dir}})
+		a.Divide("GPU-a", []Input{{Share: Share{Key: "c1", Request: 30, Util: 30}, ConfigDirs: []string{dir}}})
 		a.EndPass()
 		fail = false
 	}

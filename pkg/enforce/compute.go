@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/arbiter"
 	"k8s.io/klog/v2"
 )
 
@@ -75,8 +77,9 @@ type computeKey struct{ target, gpu string }
 
 // coreSample is one pass's figures for one target on one GPU.
 type coreSample struct {
-	at   time.Time
-	util float64 // sum of the target's processes' SM utilisation, percent
+	at    time.Time
+	util  float64 // sum of the target's processes' SM utilisation, percent
+	limit float64 // its core limit in the pass: the arbiter's allowance, or CoreLimits
 	// frozen is how long the target was frozen for after this sample: the duty's share of the
 	// interval the enforcer's passes really come at (e.interval), which a loaded node stretches.
 	frozen time.Duration
@@ -94,9 +97,9 @@ type coreState struct {
 	cgroups    []string
 }
 
-// computePass reads the GPU's utilisation samples and applies the compute rule to every target
-// with a core limit there.
-func (e *Enforcer) computePass(logger logr.Logger, now time.Time, uuid string, owner cgroupIndex) {
+// computePass reads the GPU's utilisation samples, has the arbiter divide the GPU between the
+// targets with a core limit there, and applies the compute rule to them.
+func (e *Enforcer) computePass(logger logr.Logger, now time.Time, uuid string, targets []Target, owner cgroupIndex) {
 	samples, err := e.deps.Utilization(uuid, e.utilSince[uuid])
 	if err != nil {
 		if e.deps.Metrics != nil {
@@ -106,7 +109,6 @@ func (e *Enforcer) computePass(logger logr.Logger, now time.Time, uuid string, o
 		return
 	}
 	type sum struct {
-		target  *Target
 		util    float64
 		cgroups []string
 	}
@@ -129,7 +131,7 @@ func (e *Enforcer) computePass(logger logr.Logger, now time.Time, uuid string, o
 		}
 		u := sums[t.Key]
 		if u == nil {
-			u = &sum{target: t}
+			u = &sum{}
 			sums[t.Key] = u
 		}
 		u.util += float64(s.SMUtil)
@@ -137,14 +139,25 @@ func (e *Enforcer) computePass(logger logr.Logger, now time.Time, uuid string, o
 			u.cgroups = append(u.cgroups, cg)
 		}
 	}
-	for key, u := range sums {
-		k := computeKey{target: key, gpu: uuid}
+	limits := e.divide(uuid, targets, func(key string) float64 {
+		if u := sums[key]; u != nil {
+			return u.util
+		}
+		return 0
+	})
+	for i := range targets {
+		t := &targets[i]
+		u := sums[t.Key]
+		if u == nil {
+			continue
+		}
+		k := computeKey{target: t.Key, gpu: uuid}
 		st := e.compute[k]
 		if st == nil {
 			st = &coreState{}
 			e.compute[k] = st
 		}
-		st.target, st.cgroups = *u.target, u.cgroups
+		st.target, st.cgroups = *t, u.cgroups
 	}
 	for k, st := range e.compute {
 		if k.gpu != uuid {
@@ -154,21 +167,68 @@ func (e *Enforcer) computePass(logger logr.Logger, now time.Time, uuid string, o
 		if u := sums[k.target]; u != nil {
 			util = u.util
 		}
+		limit, ok := limits[k.target]
+		if !ok {
+			limit = float64(st.target.CoreLimits[uuid])
+		}
 		st.seen = true
-		e.coreCheck(logger, now, k, st, util)
+		e.coreCheck(logger, now, k, st, util, limit)
 	}
 }
 
+// divide is each target's core limit on the GPU in this pass: its allowance when an arbiter
+// divides the GPU (every target with a core limit there takes part, idle or not, so that its
+// allowance file is kept), else its CoreLimits.
+func (e *Enforcer) divide(uuid string, targets []Target, util func(key string) float64) map[string]float64 {
+	limits := map[string]float64{}
+	var in []arbiter.Input
+	for i := range targets {
+		t := &targets[i]
+		req := t.CoreLimits[uuid]
+		if req == 0 {
+			continue
+		}
+		limits[t.Key] = float64(req)
+		if e.deps.Arbiter == nil {
+			continue
+		}
+		class := arbiter.Guaranteed
+		if t.BestEffort[uuid] {
+			class = arbiter.BestEffort
+		}
+		in = append(in, arbiter.Input{
+			Share:      arbiter.Share{Key: t.Key, Class: class, Request: float64(req), Ceiling: float64(max(t.CoreCeilings[uuid], req)), Util: util(t.Key)},
+			ConfigDirs: t.configDirs(),
+		})
+	}
+	if len(in) > 0 {
+		for i, a := range e.deps.Arbiter.Divide(uuid, in) {
+			limits[in[i].Key] = a
+		}
+	}
+	return limits
+}
+
+// configDirs are the target's config directories: where its allowance file goes.
+func (t *Target) configDirs() []string {
+	var out []string
+	if t.ConfigDir != "" {
+		out = append(out, t.ConfigDir)
+	}
+	return append(out, t.ConfigDirs...)
+}
+
 // coreCheck records the pass's figure and applies the rule.
-func (e *Enforcer) coreCheck(logger logr.Logger, now time.Time, k computeKey, st *coreState, util float64) {
-	st.samples = append(st.samples, coreSample{at: now, util: util})
+func (e *Enforcer) coreCheck(logger logr.Logger, now time.Time, k computeKey, st *coreState, util, passLimit float64) {
+	st.samples = append(st.samples, coreSample{at: now, util: util, limit: passLimit})
 	cut := 0
 	for cut < len(st.samples)-1 && now.Sub(st.samples[cut+1].at) >= e.cfg.CoreWindow {
 		cut++ // keep one sample at or beyond the window's start, so coverage can be told
 	}
 	st.samples = st.samples[cut:]
-	limit := float64(st.target.CoreLimits[k.gpu])
-	avg, covered := windowAverage(st.samples, now, e.cfg.CoreWindow)
+	// The limit an average is held to is the average of the limits in force over the window:
+	// an allowance that changed (a burst, given and taken back) is held to what it was when.
+	avg, limit, covered := windowAverage(st.samples, now, e.cfg.CoreWindow)
 	over := covered && avg > limit+float64(e.cfg.CoreMargin)
 	log := logger.WithValues("pod", klog.KRef(st.target.Namespace, st.target.Pod), "container", st.target.Container, "claim", st.target.Claim, "gpu", k.gpu)
 	msg := func() string {
@@ -177,13 +237,14 @@ func (e *Enforcer) coreCheck(logger logr.Logger, now time.Time, k computeKey, st
 	}
 	switch {
 	case e.cfg.Cores == CoreThrottle && st.throttling:
+		// The duty aims at the limit in force now, not the window's average of it.
 		running := st.runningEstimate(now)
 		want := 0.0
-		if running > limit {
-			want = math.Min(maxDuty, 1-limit/running)
+		if running > passLimit {
+			want = math.Min(maxDuty, 1-passLimit/running)
 		}
 		st.duty += (want - st.duty) / 2
-		if st.duty < minDuty && running <= limit {
+		if st.duty < minDuty && running <= passLimit {
 			st.throttling, st.duty = false, 0
 			e.freezeAll(st.cgroups, false)
 			log.Info("A vGPU container is back under its core limit: no longer throttled", "utilisation", fmt.Sprintf("%.0f%%", running), "limit", fmt.Sprintf("%.0f%%", limit))
@@ -232,9 +293,9 @@ func (e *Enforcer) throttle(st *coreState) {
 // node was lost and owned again, a stopped process) is not an interval.
 func (e *Enforcer) tick(now time.Time) {
 	if e.interval == 0 {
-		e.interval = e.cfg.Period
+		e.interval = e.cfg.CorePeriod
 	}
-	if d := now.Sub(e.lastPass); !e.lastPass.IsZero() && d > 0 && d < 4*e.cfg.Period {
+	if d := now.Sub(e.lastPass); !e.lastPass.IsZero() && d > 0 && d < 4*e.cfg.CorePeriod {
 		e.interval += (d - e.interval) / 4
 	}
 	e.lastPass = now
@@ -262,24 +323,24 @@ func (st *coreState) runningEstimate(now time.Time) float64 {
 	return math.Min(100*float64(n), util/thawed)
 }
 
-// windowAverage is the mean of the samples within window of now, and whether the samples cover
-// the whole window.
-func windowAverage(samples []coreSample, now time.Time, window time.Duration) (float64, bool) {
+// windowAverage is the mean utilisation and limit of the samples within window of now, and
+// whether the samples cover the whole window.
+func windowAverage(samples []coreSample, now time.Time, window time.Duration) (util, limit float64, covered bool) {
 	if len(samples) == 0 {
-		return 0, false
+		return 0, 0, false
 	}
-	var sum float64
 	n := 0
 	for _, s := range samples {
 		if now.Sub(s.at) < window {
-			sum += s.util
+			util += s.util
+			limit += s.limit
 			n++
 		}
 	}
 	if n == 0 {
-		return 0, false
+		return 0, 0, false
 	}
-	return sum / float64(n), now.Sub(samples[0].at) >= window
+	return util / float64(n), limit / float64(n), now.Sub(samples[0].at) >= window
 }
 
 // endCompute forgets the states no pass saw (their target is gone, or the GPU no longer

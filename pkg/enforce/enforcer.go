@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
+	"github.com/vgpu-dra/vgpu-dra/pkg/arbiter"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 )
 
@@ -65,6 +66,11 @@ type Target struct {
 	// CoreLimits is the share of each GPU's SMs, in percent, the target may keep busy (UUID →
 	// 1-99); a GPU without one has no core limit (the whole GPU, admin access, no claim).
 	CoreLimits map[string]uint32
+	// CoreCeilings are the most of each GPU the target may burst to when others leave it idle
+	// (contract §16; UUID → percent, at least its CoreLimits there); none: its core limit.
+	// BestEffort are the GPUs where its share is best-effort, not guaranteed.
+	CoreCeilings map[string]uint32
+	BestEffort   map[string]bool
 	// MustRegister: its processes register with the registry before they use a GPU (every
 	// target with a limit: libvgpu.so registers before it lets CUDA initialise).
 	MustRegister bool
@@ -118,7 +124,12 @@ type Deps struct {
 	// (gpu.Source.ProcessUtilization); nil: compute is not enforced.
 	Utilization func(uuid string, since uint64) ([]gpu.ProcessSample, error)
 	// Freeze freezes or thaws a cgroup (CgroupFreezer.Freeze); nil: compute is only reported.
-	Freeze  func(cgroup string, frozen bool) error
+	Freeze func(cgroup string, frozen bool) error
+	// Arbiter divides each GPU's cores between its targets every compute pass (pkg/arbiter,
+	// contract §16): a target's allowance then replaces its core limit in the compute rule, and
+	// is published in its config directory for the library. Nil: each target's limit is its
+	// CoreLimits.
+	Arbiter *arbiter.Arbiter
 	Metrics Recorder
 	// Now is the clock; time.Now when nil. After runs f after d (time.AfterFunc when nil):
 	// the thaw of a throttled container.
@@ -199,10 +210,16 @@ func New(cfg Config, deps Deps) *Enforcer {
 // Config is the configuration in force, defaults filled in.
 func (e *Enforcer) Config() Config { return e.cfg }
 
-// Run makes a pass every period until ctx ends.
+// Run makes a memory pass every period and a compute pass every core period until ctx ends.
 func (e *Enforcer) Run(ctx context.Context) {
 	t := time.NewTicker(e.cfg.Period)
 	defer t.Stop()
+	var cores <-chan time.Time
+	if e.computes() {
+		ct := time.NewTicker(e.cfg.CorePeriod)
+		defer ct.Stop()
+		cores = ct.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -211,9 +228,16 @@ func (e *Enforcer) Run(ctx context.Context) {
 			e.mu.Unlock()
 			return
 		case <-t.C:
-			e.Pass(ctx)
+			e.pass(ctx, true, false)
+		case <-cores:
+			e.pass(ctx, false, true)
 		}
 	}
+}
+
+// computes: the compute pass reads utilisation (the rule is not off, or an arbiter divides).
+func (e *Enforcer) computes() bool {
+	return e.deps.Utilization != nil && (e.cfg.Cores != CoreOff || e.deps.Arbiter != nil)
 }
 
 // usage is one target's processes on one GPU in the current pass.
@@ -225,8 +249,13 @@ type usage struct {
 	unregistered []int
 }
 
-// Pass reads every served GPU once and acts on what it finds.
-func (e *Enforcer) Pass(ctx context.Context) {
+// Pass makes a memory pass and a compute pass at once (tests; Run makes them on their periods).
+func (e *Enforcer) Pass(ctx context.Context) { e.pass(ctx, true, true) }
+
+// pass reads every served GPU once and acts on what it finds: the processes' memory, their SM
+// utilisation, or both.
+func (e *Enforcer) pass(ctx context.Context, memory, compute bool) {
+	compute = compute && e.computes()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	start := e.deps.Now()
@@ -237,12 +266,22 @@ func (e *Enforcer) Pass(ctx context.Context) {
 		e.releaseCompute()
 		return
 	}
-	e.passes++
-	e.tick(start)
+	if memory {
+		e.passes++
+	}
+	if compute {
+		e.tick(start)
+	}
 	targets := e.deps.Targets()
 	owner := indexCgroups(targets, e.deps.PodOf)
 	foreign := 0
 	for _, uuid := range e.deps.GPUs() {
+		if compute {
+			e.computePass(logger, start, uuid, targets, owner)
+		}
+		if !memory {
+			continue
+		}
 		procs, err := e.deps.Processes(uuid)
 		if err != nil {
 			if e.deps.Metrics != nil {
@@ -285,11 +324,16 @@ func (e *Enforcer) Pass(ctx context.Context) {
 		for _, u := range order {
 			e.check(logger, start, uuid, u)
 		}
-		if e.cfg.Cores != CoreOff && e.deps.Utilization != nil {
-			e.computePass(logger, start, uuid, owner)
+	}
+	if compute {
+		e.endCompute()
+		if e.deps.Arbiter != nil {
+			e.deps.Arbiter.EndPass()
 		}
 	}
-	e.endCompute()
+	if !memory {
+		return
+	}
 	for k, ep := range e.episodes {
 		if !ep.seen {
 			delete(e.episodes, k)

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/vgpu-dra/vgpu-dra/pkg/arbiter"
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
@@ -53,13 +54,18 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 			pod, _, ok := registry.PodOfCgroup(cg)
 			return pod, ok
 		},
-		Kill:    enforce.Killer{Cgroups: cgroups}.Kill,
-		Event:   events.Warn,
+		Kill:  enforce.Killer{Cgroups: cgroups}.Kill,
+		Event: events.Warn,
+		// Claims carry classes and ceilings (contract §16); the device plugin's shares do not,
+		// so only this plugin divides GPUs.
+		Arbiter: arbiter.New(func(target, path string, err error) {
+			p.logger.Error(err, "Cannot publish a container's core allowance; it keeps the one it has", "target", target, "path", path)
+		}),
 		Metrics: em,
 	})
 	c := e.Config()
 	p.logger.Info("Node-side enforcement of memory and core limits", "period", c.Period, "grace", c.Grace, "slackPerProcess", c.SlackPerProcess, "foreignGPUProcess", c.Foreign,
-		"coreEnforcement", c.Cores, "coreMargin", c.CoreMargin, "coreWindow", c.CoreWindow, "throttle", freeze != nil, "cgroups", cgroups.String())
+		"coreEnforcement", c.Cores, "coreMargin", c.CoreMargin, "coreWindow", c.CoreWindow, "corePeriod", c.CorePeriod, "throttle", freeze != nil, "cgroups", cgroups.String())
 	go e.Run(klog.NewContext(ctx, p.logger.WithName("enforce")))
 }
 

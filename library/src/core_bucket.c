@@ -78,12 +78,12 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 	double integral = (double)atomic_load(&b->integral) / 1e6;
 	/* Integrate only near the target: large errors (start-up, load changes) are the
 	 * feed-forward's job, and winding the integral up there would overshoot afterwards. */
-	if ((throttled > 0 || util_pct > target) && fabs(target - util_pct) < 5)
+	if ((throttled > 0 || util_pct > target) && fabs(target - util_pct) < 10)
 		integral += (target - util_pct) * window_s;
-	if (integral > 10)
-		integral = 10;
-	if (integral < -10)
-		integral = -10;
+	if (integral > 30)
+		integral = 30;
+	if (integral < -30)
+		integral = -30;
 	atomic_store(&b->integral, (int64_t)(integral * 1e6));
 	double goal = target + 0.5 * integral;
 	if (goal < target * 0.5)
@@ -99,9 +99,9 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 		if (throttled == 0 && ideal > rate)
 			ideal = rate; /* not limited by us: the workload, not the rate, set u */
 		next = sqrt(rate * ideal); /* geometric step: halfway in log space */
-	} else if (throttled > 0) {
+	} else if (throttled > 0 && util_pct < 0.5) {
 		next = rate * 2; /* throttled yet nothing measured as busy: the rate is far too low */
-	}
+	} /* busy but nothing launched in the window: the work of earlier launches, rate kept */
 	if (next < rate / 4)
 		next = rate / 4;
 	if (next > rate * 4)

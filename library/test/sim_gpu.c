@@ -187,7 +187,7 @@ static void nvml_sample(struct sim_gpu *g)
 			continue; /* NVML lists the processes that ran */
 		struct sim_sample *s = &g->samples[g->nsamples++ % SIM_SAMPLES];
 		s->pid = p->pid;
-		s->sm_util = (unsigned int)(100 * p->window_busy_ns / SIM_NVML_PERIOD_NS);
+		s->sm_util = (unsigned int)((200 * p->window_busy_ns / SIM_NVML_PERIOD_NS + 1) / 2); /* whole percent */
 		s->ts_us = g->next_window_ns / 1000;
 		p->window_busy_ns = 0;
 	}

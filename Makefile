@@ -145,8 +145,10 @@ gpu-check-bins:
 
 bench-library:
 	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build $(LIBRARY_BUILD) -j2 --target bench_overhead
+	cmake --build $(LIBRARY_BUILD) -j2 --target bench_overhead test_core_shared_sim
 	$(LIBRARY_BUILD)/test/bench_overhead
+	@echo
+	$(LIBRARY_BUILD)/test/test_core_shared_sim bench
 
 clean:
 	rm -rf $(OUTPUT)

@@ -23,10 +23,14 @@ static void refill(struct core_bucket *b, uint64_t now_ns)
 		return; /* another thread or process refilled */
 	uint64_t rate = atomic_load_explicit(&b->rate, memory_order_relaxed);
 	uint64_t dt = now_ns - last;
-	if (dt > VGPU_CORE_BURST_NS)
-		dt = VGPU_CORE_BURST_NS;
-	int64_t add = (int64_t)(rate * dt / 1000000000ull);
+	/* The whole elapsed time pays a debt (a process waiting on a long kernel launches
+	 * nothing); the bucket then holds at most VGPU_CORE_BURST_NS of refill. */
+	if (dt > 100 * VGPU_CORE_MAX_WAIT_NS)
+		dt = 100 * VGPU_CORE_MAX_WAIT_NS;
 	int64_t cap = (int64_t)(rate * VGPU_CORE_BURST_NS / 1000000000ull) + 1;
+	double room = (double)cap - (double)atomic_load_explicit(&b->tokens, memory_order_relaxed);
+	double want = (double)rate * (double)dt / 1e9;
+	int64_t add = (int64_t)(want < room ? want : room > 0 ? room : 0);
 	int64_t t = atomic_fetch_add(&b->tokens, add) + add;
 	if (t > cap)
 		atomic_fetch_sub(&b->tokens, t - cap);
@@ -62,10 +66,10 @@ int core_bucket_control_due(struct core_bucket *b, uint64_t now_ns, uint64_t per
 
 void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct, uint64_t window_ns)
 {
+	if (util_pct < 0 || window_ns == 0)
+		return; /* no measurement: keep the rate and the counts; refill goes on by time */
 	uint64_t spent = atomic_exchange(&b->spent, 0);
 	uint64_t throttled = atomic_exchange(&b->throttled, 0);
-	if (util_pct < 0 || window_ns == 0)
-		return; /* no measurement: keep the rate; refill goes on by time */
 	double rate = (double)atomic_load(&b->rate);
 	double window_s = (double)window_ns / 1e9;
 	double target = target_pct;
@@ -74,12 +78,12 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 	double integral = (double)atomic_load(&b->integral) / 1e6;
 	/* Integrate only near the target: large errors (start-up, load changes) are the
 	 * feed-forward's job, and winding the integral up there would overshoot afterwards. */
-	if ((throttled > 0 || util_pct > target) && fabs(target - util_pct) < 5)
+	if ((throttled > 0 || util_pct > target) && fabs(target - util_pct) < 10)
 		integral += (target - util_pct) * window_s;
-	if (integral > 10)
-		integral = 10;
-	if (integral < -10)
-		integral = -10;
+	if (integral > 30)
+		integral = 30;
+	if (integral < -30)
+		integral = -30;
 	atomic_store(&b->integral, (int64_t)(integral * 1e6));
 	double goal = target + 0.5 * integral;
 	if (goal < target * 0.5)
@@ -95,9 +99,9 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 		if (throttled == 0 && ideal > rate)
 			ideal = rate; /* not limited by us: the workload, not the rate, set u */
 		next = sqrt(rate * ideal); /* geometric step: halfway in log space */
-	} else if (throttled > 0) {
+	} else if (throttled > 0 && util_pct < 0.5) {
 		next = rate * 2; /* throttled yet nothing measured as busy: the rate is far too low */
-	}
+	} /* busy but nothing launched in the window: the work of earlier launches, rate kept */
 	if (next < rate / 4)
 		next = rate / 4;
 	if (next > rate * 4)
@@ -107,4 +111,13 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 	if (next > (double)VGPU_CORE_MAX_RATE)
 		next = (double)VGPU_CORE_MAX_RATE;
 	atomic_store(&b->rate, (uint64_t)next);
+}
+
+uint64_t core_bucket_max_wait_ns(int target_pct)
+{
+	if (target_pct < 1)
+		target_pct = 1;
+	if (target_pct > 100)
+		target_pct = 100;
+	return VGPU_CORE_MAX_WAIT_NS * 100 / (uint64_t)target_pct;
 }

@@ -46,8 +46,14 @@ uint64_t core_bucket_take(struct core_bucket *b, uint64_t cost, uint64_t now_ns)
 /* Elects one caller per period to run the controller: 1 for the winner. */
 int core_bucket_control_due(struct core_bucket *b, uint64_t now_ns, uint64_t period_ns);
 
-/* One controller step. util_pct < 0 means no measurement (rate kept). window_ns is the
- * time since the previous step. */
+/* One controller step. util_pct < 0 means no measurement: the rate is kept and the launches
+ * counted so far are kept for the next measured step. window_ns is the time the measurement
+ * covers (since the previous measured step). */
 void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct, uint64_t window_ns);
+
+/* How long a launch of a container limited to target_pct may be held: as long as a 1 s
+ * kernel needs between launches at that limit (VGPU_CORE_MAX_WAIT_NS * 100 / target), so
+ * that one long synchronous kernel per step is held to the limit too, never for ever. */
+uint64_t core_bucket_max_wait_ns(int target_pct);
 
 #endif

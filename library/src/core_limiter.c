@@ -45,8 +45,10 @@ static int decide_gate(void)
 	return gate;
 }
 
-/* One controller step for the container (the caller won the election for this period). */
-static void control(int index, struct core_bucket *b, uint64_t window_ns)
+/* One controller step for the container (the caller won the election for this period). The
+ * step measures only when NVML has samples newer than the last step's: the launches counted
+ * since then are compared with the busy share of the time those samples cover. */
+static void control(int index, struct core_bucket *b)
 {
 	nvmlDevice_t dev = atomic_load(&nvml_dev[index]);
 	if (dev == NULL) {
@@ -56,34 +58,30 @@ static void control(int index, struct core_bucket *b, uint64_t window_ns)
 	double util = -1;
 	uint64_t prev = atomic_load(&b->util_seen_us), seen = prev;
 	vgpu_runtime_refresh_pids();
-	if (dev != NULL && vgpu_nvml_container_util(dev, &vgpu_rt.pids, &seen, &util) == 0) {
-		if (seen != prev)
-			atomic_store(&b->util_seen_us, seen);
-		if (prev == 0 && seen != 0)
+	if (dev != NULL && vgpu_nvml_container_util(dev, &vgpu_rt.pids, &seen, &util) == 0 && seen != prev) {
+		atomic_store(&b->util_seen_us, seen);
+		if (prev == 0)
 			util = -1; /* the first samples cover an unknown past: baseline only */
 	} else {
-		util = -1; /* no measurement: the rate stays, refill goes on by time */
+		util = -1; /* nothing new measured: the rate stays, refill goes on by time */
 	}
-	core_bucket_control(b, vgpu_rt.cfg.dev[index].core_limit, util, window_ns);
+	core_bucket_control(b, vgpu_rt.cfg.dev[index].core_limit, util, util < 0 ? 0 : (seen - prev) * 1000);
 }
 
-/* Takes the launch's tokens, waiting for them at most VGPU_CORE_MAX_WAIT_NS; runs the
+/* Takes the launch's tokens, waiting for them at most core_bucket_max_wait_ns; runs the
  * controller when this caller wins the period's election. */
 static CUresult wait_for_tokens(int index, struct core_bucket *b, uint64_t blocks)
 {
 	uint64_t now = vgpu_now_ns(), waited = 0;
+	uint64_t max_wait = core_bucket_max_wait_ns(vgpu_rt.cfg.dev[index].core_limit);
 	for (;;) {
 		uint64_t due = atomic_load_explicit(&b->next_control_ns, memory_order_relaxed);
-		if (now >= due && core_bucket_control_due(b, now, VGPU_CORE_CONTROL_NS)) {
-			uint64_t window = due == 0 || now - (due - VGPU_CORE_CONTROL_NS) > 10 * VGPU_CORE_CONTROL_NS
-						  ? VGPU_CORE_CONTROL_NS
-						  : now - (due - VGPU_CORE_CONTROL_NS);
-			control(index, b, window);
-		}
+		if (now >= due && core_bucket_control_due(b, now, VGPU_CORE_CONTROL_NS))
+			control(index, b);
 		uint64_t wait = core_bucket_take(b, blocks, now);
 		if (wait == 0)
 			return CUDA_SUCCESS;
-		if (waited >= VGPU_CORE_MAX_WAIT_NS) {
+		if (waited >= max_wait) {
 			vgpu_log_debug("core limit: launch let through after %llu ms of waiting",
 				       (unsigned long long)(waited / 1000000));
 			return CUDA_SUCCESS; /* never hold a launch forever */

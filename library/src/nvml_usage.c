@@ -6,6 +6,7 @@
 #include "hook_table.h"
 #include "hooks.h"
 #include "log.h"
+#include "nvml_samples.h"
 
 int vgpu_nvml_ready(void)
 {
@@ -102,29 +103,9 @@ int vgpu_nvml_container_util(nvmlDevice_t dev, const struct vgpu_pids *pids, uin
 		free(s);
 		return -1;
 	}
-	/* A process may have several samples in the window: average per process, sum over the
-	 * container's processes. */
-	double total = 0;
 	uint64_t newest = *last_seen_us;
-	for (unsigned int i = 0; i < n; i++) {
-		if (s[i].timeStamp > newest)
-			newest = s[i].timeStamp;
-		if (s[i].pid == 0 || !vgpu_pids_contains(pids, s[i].pid))
-			continue;
-		double sum = 0;
-		unsigned int k = 0;
-		for (unsigned int j = i; j < n; j++) {
-			if (s[j].pid == s[i].pid) {
-				sum += s[j].smUtil;
-				k++;
-				if (j != i)
-					s[j].pid = 0; /* counted */
-			}
-		}
-		total += sum / k;
-	}
+	vgpu_util_from_samples(s, n, pids, *last_seen_us, &newest, util_pct);
 	free(s);
 	*last_seen_us = newest;
-	*util_pct = total > 100 ? 100 : total;
 	return 0;
 }

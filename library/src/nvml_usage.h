@@ -17,8 +17,9 @@ nvmlDevice_t vgpu_nvml_device(const char *uuid);
 /* Sum of usedGpuMemory of the container's PIDs on the device. 0 on success. */
 int vgpu_nvml_container_memory(nvmlDevice_t dev, const struct vgpu_pids *pids, uint64_t *bytes);
 
-/* SM utilisation (percent of the device) of the container's PIDs since *last_seen_us;
- * updates *last_seen_us. 0 on success; no samples since then counts as 0 %. */
+/* SM utilisation (percent of the device) of the container's PIDs since *last_seen_us
+ * (vgpu_util_from_samples); updates *last_seen_us. 0 on success; no sample since then leaves
+ * *last_seen_us as it was (nothing new measured). */
 int vgpu_nvml_container_util(nvmlDevice_t dev, const struct vgpu_pids *pids, uint64_t *last_seen_us,
 			     double *util_pct);
 

@@ -1,6 +1,7 @@
 #include "core_limiter.h"
 
 #include "clock.h"
+#include "core_allowance.h"
 #include "log.h"
 #include "nvml_usage.h"
 #include "shm_guard.h"
@@ -65,7 +66,7 @@ static void control(int index, struct core_bucket *b)
 	} else {
 		util = -1; /* nothing new measured: the rate stays, refill goes on by time */
 	}
-	core_bucket_control(b, vgpu_rt.cfg.dev[index].core_limit, util, util < 0 ? 0 : (seen - prev) * 1000);
+	core_bucket_control(b, vgpu_core_target(index), util, util < 0 ? 0 : (seen - prev) * 1000);
 }
 
 /* Takes the launch's tokens, waiting for them at most core_bucket_max_wait_ns; runs the

@@ -43,6 +43,16 @@ func TestClaimEncoderMatchesJSON(t *testing.T) {
 				c.Devices[0].CDIDeviceIDs = nil
 			}
 		},
+		func(c *Claim) {
+			if len(c.Devices) > 0 {
+				c.Devices[0].Class = []string{"", "Guaranteed", "BestEffort"}[rng.IntN(3)]
+			}
+		},
+		func(c *Claim) {
+			if len(c.Devices) > 0 {
+				c.Devices[0].CoresCeiling = int64(rng.IntN(101))
+			}
+		},
 	}
 	for step := range 2000 {
 		u := uid()

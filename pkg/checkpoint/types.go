@@ -61,6 +61,13 @@ type Device struct {
 	// are 0), not counted against the GPU's capacity. Format v2 (omitted when false, so that
 	// a checkpoint without such a device stays a v1 file).
 	AdminAccess bool `json:"adminAccess,omitempty"`
+	// Class is the share's class from its VGPUConfig (pkg/api/v1alpha1): "Guaranteed" or
+	// "BestEffort"; empty (a device prepared before classes existed) reads as Guaranteed.
+	// CoresCeiling is the percent the share may burst to; 0 means no burst (the ceiling is
+	// Cores). Both are omitted when empty, so files without them keep their format version:
+	// an older reader ignores them and serves the share at its request, never above it.
+	Class        string `json:"class,omitempty"`
+	CoresCeiling int64  `json:"coresCeiling,omitempty"`
 }
 
 // DeepCopy returns a copy of d that shares no memory with it; nil maps and slices stay nil.

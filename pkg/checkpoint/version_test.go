@@ -138,3 +138,31 @@ func copyFixture(t *testing.T, name string) string {
 	}
 	return path
 }
+
+// TestClassAndCeilingKeepTheVersion: a device's class and ceiling are optional fields an older
+// reader ignores (it serves the share at its request), so they do not raise the format version,
+// and they survive a reopen.
+func TestClassAndCeilingKeepTheVersion(t *testing.T) {
+	path := copyFixture(t, "checkpoint-v1.json")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := v1NRIClaim()
+	c.Devices[0].Class, c.Devices[0].CoresCeiling = "BestEffort", 90
+	if err := s.Update(putClaim(uidB, c)); err != nil {
+		t.Fatal(err)
+	}
+	var env struct{ Version string }
+	if err := json.Unmarshal(readFile(t, path), &env); err != nil || env.Version != VersionV1 {
+		t.Fatalf("version %q (%v), want %s", env.Version, err, VersionV1)
+	}
+	again, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := again.Snapshot().Claims[uidB].Devices[0]
+	if got.Class != "BestEffort" || got.CoresCeiling != 90 {
+		t.Fatalf("reopened device %+v, want class BestEffort ceiling 90", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/vgpu-dra/vgpu-dra/pkg/api/v1alpha1"
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
@@ -71,10 +72,31 @@ func (d *Driver) devicesOf(claim *resourceapi.ResourceClaim) ([]checkpoint.Devic
 				return nil, failf(metrics.ReasonInvalidClaim, "claim %s: device %s: %v", ref, r.Device, err)
 			}
 			dev.MemoryBytes, dev.Cores = mem, cores
+			if err := applyConfig(&dev, claim.Status.Allocation.Devices.Config, r.Request); err != nil {
+				return nil, failf(metrics.ReasonInvalidClaim, "claim %s: device %s: %v", ref, r.Device, err)
+			}
 		}
 		out = append(out, dev)
 	}
 	return out, nil
+}
+
+// applyConfig records the request's VGPUConfig (contract §17) on dev, validated against its
+// consumed cores: the class, and the ceiling when it lets the share burst above its request.
+func applyConfig(dev *checkpoint.Device, configs []resourceapi.DeviceAllocationConfiguration, request string) error {
+	cfg, err := v1alpha1.ForRequest(configs, request, dev.Cores)
+	if err != nil {
+		return err
+	}
+	dev.Class = string(cfg.Class)
+	request100 := dev.Cores
+	if request100 == 0 {
+		request100 = coresTotal
+	}
+	if c := cfg.Ceiling(request100); c > request100 {
+		dev.CoresCeiling = c
+	}
+	return nil
 }
 
 // consumedMemory returns the bytes to limit the container to, 0 for the whole GPU.

@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -228,5 +229,40 @@ func TestOnePerGPU(t *testing.T) {
 	bad := []checkpoint.Device{{Request: "a", Device: "gpu-0", GPUUUID: uuidGPU0}, {Request: "b", Device: "gpu-0", GPUUUID: uuidGPU0}}
 	if err := onePerGPU(bad); err == nil || !strings.Contains(err.Error(), `"a" and "b"`) {
 		t.Errorf("one GPU twice: %v, want an error naming both requests", err)
+	}
+}
+
+// TestDevicesOfConfig: the claim's VGPUConfig lands on the checkpoint device, and a bad one
+// fails Prepare with a message naming the field.
+func TestDevicesOfConfig(t *testing.T) {
+	withConfig := func(params string) *resourceapi.ResourceClaim {
+		c := allocatedClaim(result("gpu", "gpu-0", "4Gi", "30"))
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{
+			Source: resourceapi.AllocationConfigSourceClaim,
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver: contract.DefaultDriverName, Parameters: runtime.RawExtension{Raw: []byte(params)}}},
+		}}
+		return c
+	}
+	head := `{"apiVersion":"vgpu.dra.dev/v1alpha1","kind":"VGPUConfig",`
+	d := allocationDriver(true)
+	got, err := d.devicesOf(withConfig(head + `"class":"BestEffort","coresCeiling":100}`))
+	if err != nil || len(got) != 1 || got[0].Class != "BestEffort" || got[0].CoresCeiling != 100 || got[0].Cores != 30 {
+		t.Fatalf("devices %+v, %v; want class BestEffort, cores 30, ceiling 100", got, err)
+	}
+	got, err = d.devicesOf(allocatedClaim(result("gpu", "gpu-0", "4Gi", "30")))
+	if err != nil || got[0].Class != "Guaranteed" || got[0].CoresCeiling != 0 {
+		t.Fatalf("no config: devices %+v, %v; want Guaranteed without a ceiling", got, err)
+	}
+	for params, want := range map[string]string{
+		head + `"coresCeiling":20}`: "status.allocation.devices.config[0].opaque.parameters.coresCeiling",
+		head + `"klass":"x"}`:       `unknown field "klass"`,
+		head + `"class":"Gold"}`:    "status.allocation.devices.config[0].opaque.parameters.class",
+	} {
+		_, err := d.devicesOf(withConfig(params))
+		var pe *prepareError
+		if !errors.As(err, &pe) || pe.reason != metrics.ReasonInvalidClaim || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want an invalid-claim error containing %q", params, err, want)
+		}
 	}
 }

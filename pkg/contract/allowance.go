@@ -13,7 +13,7 @@ import (
 // The allowance file (contract §16): the node's compute arbiter publishes, in a container's
 // config directory (read-only in the container, beside vgpu.config), the share of each GPU's
 // SMs the container may keep busy now; libvgpu.so's core limiter follows it, and falls back to
-X
+// vgpu.config's cores when the file is absent or unreadable. library/src/core_allowance.h holds the C twins.
 const (
 	// CoreAllowanceName is the file's name in the config directory.
 	CoreAllowanceName = "cores.allowance"

@@ -118,11 +118,20 @@ func enforceTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.L
 // core figure, or with admin access, leaves the GPU without a core limit.
 func addLimits(t *enforce.Target, devs []checkpoint.Device, results, admin []int) {
 	t.Limits, t.Unlimited, t.CoreLimits = map[string]uint64{}, map[string]bool{}, map[string]uint32{}
+	t.CoreCeilings, t.BestEffort = map[string]uint32{}, map[string]bool{}
 	noCores := map[string]bool{}
+	guaranteed := map[string]bool{}
 	defer func() {
 		for uuid, c := range t.CoreLimits {
 			if noCores[uuid] || c >= 100 {
 				delete(t.CoreLimits, uuid)
+				delete(t.CoreCeilings, uuid)
+				delete(t.BestEffort, uuid)
+				continue
+			}
+			t.CoreCeilings[uuid] = min(t.CoreCeilings[uuid], 100)
+			if guaranteed[uuid] {
+				delete(t.BestEffort, uuid) // best-effort only when every share there is
 			}
 		}
 	}()
@@ -140,6 +149,12 @@ func addLimits(t *enforce.Target, devs []checkpoint.Device, results, admin []int
 			noCores[d.GPUUUID] = true
 		default:
 			t.CoreLimits[d.GPUUUID] += uint32(min(d.Cores, 100))
+			t.CoreCeilings[d.GPUUUID] += uint32(min(coreCeiling(d), 100))
+			if d.Class == string(arbiter.BestEffort) {
+				t.BestEffort[d.GPUUUID] = true
+			} else {
+				guaranteed[d.GPUUUID] = true
+			}
 		}
 	}
 	for _, i := range admin {
@@ -172,4 +187,17 @@ func servedGPUs(devs []gpu.Device) []string {
 		out[i] = d.UUID
 	}
 	return out
+}
+
+// coreCeiling is what a share may burst to (contract §16): its VGPUConfig's coresCeiling; without
+// one, its cores for a guaranteed share (no burst) and the whole GPU for a best-effort one, which
+// exists to use what the others leave idle.
+func coreCeiling(d checkpoint.Device) int64 {
+	switch {
+	case d.CoresCeiling > 0:
+		return max(d.CoresCeiling, d.Cores)
+	case d.Class == string(arbiter.BestEffort):
+		return 100
+	}
+	return d.Cores
 }

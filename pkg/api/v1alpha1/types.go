@@ -1,5 +1,5 @@
 // Package v1alpha1 is the claim configuration of vgpu-dra: the opaque device configuration
-// for driver vgpu.dra.dev that a ResourceClaim or its DeviceClass carries (contract §API).
+// for driver vgpu.dra.dev that a ResourceClaim or its DeviceClass carries (contract §17).
 package v1alpha1
 
 import (

@@ -38,8 +38,9 @@ func gatedStore(t *testing.T, path string, wc *writeCounter, writeErr func(n int
 }
 
 // TestFailingMutationLeavesNoTrace puts a failing mutation between two good ones in one
-// batch. It tampers with an existing claim in place, adds a claim and deletes a batch-mate's;
-// none of that may survive, and its batch-mates must land.
+// batch. It replaces an existing claim with a changed record, adds a claim and deletes a
+// batch-mate's; none of that may survive, and its batch-mates must land. (Changing a record's
+// slices in place is what no mutation may do: TestCopyOnWriteLeavesHeldRecordsAlone.)
 func TestFailingMutationLeavesNoTrace(t *testing.T) {
 	path := checkpointPath(t)
 	var wc writeCounter
@@ -56,7 +57,9 @@ func TestFailingMutationLeavesNoTrace(t *testing.T) {
 	var ok2SawOK1 bool
 	r1 := start(putClaim(ok1, Claim{Name: "ok1"}))
 	rBad := start(func(d *Data) error {
-		d.Claims[uidA].ReservedFor[0] = "tampered" // in place, through a shared slice
+		tampered := d.Claims[uidA]
+		tampered.ReservedFor = []string{"tampered"}
+		d.Claims[uidA] = tampered
 		d.Claims[bad] = Claim{Name: "bad"}
 		delete(d.Claims, ok1)
 		d.BootID = "tampered"

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,4 +57,47 @@ func BenchmarkUpdate(b *testing.B) {
 		wg.Wait()
 		b.ReportMetric(float64(wc.count())/float64(b.N), "writes/op")
 	})
+}
+
+// BenchmarkUpdateHeld measures what one update costs the store in memory with n claims already
+// recorded — copying the state, comparing and encoding — with the file write left out (a write
+// that keeps nothing), so that the cost that grows with the node's claims shows; the fsync'd
+// write is BenchmarkUpdate's. Each update replaces one claim's record: through Update (a
+// mutation of the claims map, what Prepare used before Put), Put (what Prepare uses) and
+// SetReservedFor (a repeated Prepare for another pod, the NRI plugin).
+func BenchmarkUpdateHeld(b *testing.B) {
+	for _, n := range []int{100, 800} {
+		s := openStore(b, checkpointPath(b))
+		s.write = func(string, []byte, os.FileMode) error { return nil }
+		for i := range n {
+			if err := s.Update(putClaim(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fullClaim())); err != nil {
+				b.Fatal(err)
+			}
+		}
+		c := fullClaim()
+		b.Run(fmt.Sprintf("claims=%d/update", n), func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				c.Devices[0].Cores = int64(i % 100)
+				if err := s.Update(putClaim(uidA, c)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("claims=%d/put", n), func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				c.Devices[0].Cores = int64(i % 100)
+				if err := s.Put(uidA, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("claims=%d/set-reserved-for", n), func(b *testing.B) {
+			pods := [][]string{{podX}, {podY}}
+			for i := 0; b.Loop(); i++ {
+				if err := s.SetReservedFor(uidA, pods[i%2]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

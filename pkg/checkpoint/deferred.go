@@ -11,6 +11,26 @@ type view struct {
 	// removed holds claims that RemoveDeferred took out and no write has carried yet; nil
 	// when there are none.
 	removed map[string]struct{}
+	// durableTotals are the per-GPU totals of durable, totals those of what readers see (durable
+	// less removed).
+	durableTotals, totals gpuTotals
+}
+
+// newView is the view of durable, whose totals are durableTotals, less the claims removed.
+func newView(durable *Data, durableTotals gpuTotals, removed map[string]struct{}) *view {
+	v := &view{durable: durable, removed: removed, durableTotals: durableTotals, totals: durableTotals}
+	copied := false
+	for uid := range removed {
+		c, ok := durable.Claims[uid]
+		if !ok {
+			continue
+		}
+		if !copied {
+			v.totals, copied = durableTotals.clone(), true
+		}
+		v.totals.addClaim(c, -1)
+	}
+	return v
 }
 
 // get returns the claim as readers see it, without copying.
@@ -33,7 +53,8 @@ func (s *Store) RemoveDeferred(claimUID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v := s.view.Load()
-	if _, ok := v.get(claimUID); !ok {
+	c, ok := v.get(claimUID)
+	if !ok {
 		return
 	}
 	removed := make(map[string]struct{}, len(v.removed)+1)
@@ -41,7 +62,9 @@ func (s *Store) RemoveDeferred(claimUID string) {
 		removed[uid] = struct{}{}
 	}
 	removed[claimUID] = struct{}{}
-	s.view.Store(&view{durable: v.durable, removed: removed})
+	totals := v.totals.clone()
+	totals.addClaim(c, -1)
+	s.view.Store(&view{durable: v.durable, removed: removed, durableTotals: v.durableTotals, totals: totals})
 	if !s.flushPending && !s.closed {
 		s.flushPending = true
 		s.afterFunc(s.flushDelay, s.flushLater)
@@ -72,7 +95,7 @@ func (s *Store) Flush() error {
 	if len(s.view.Load().removed) == 0 {
 		return nil
 	}
-	return s.Update(func(*Data) error { return nil })
+	return s.enqueue(func(*batchState) error { return nil })
 }
 
 // Close flushes the deferred removals and schedules no more flushes; the store stays readable

@@ -24,8 +24,9 @@
 //
 // The store keeps the durable state, what the file on disk holds, as an immutable value
 // behind an atomic pointer, together with the claims removed by RemoveDeferred that no write
-// has carried yet. Get, Snapshot, Find and Range read the durable state less those claims,
-// without I/O or locks (Get and Snapshot deep-copy).
+// has carried yet and the per-GPU totals of what the claims take (GPUTotals). Get, Snapshot,
+// Find, Range and Totals read the durable state less those claims, without I/O or locks (Get
+// and Snapshot deep-copy; Prepare's capacity check reads Totals instead of walking every claim).
 //
 // # Writes: group commit
 //
@@ -37,15 +38,16 @@
 //   - Update appends its mutation to a queue. If no leader is active, the caller becomes the
 //     leader; otherwise it waits for its result, or for leadership to be handed to it.
 //   - The leader takes the whole queue as one batch (later arrivals wait for the next batch)
-//     and applies the mutations in arrival order, each to its own deep copy of the state so
-//     far, starting from the durable state. A mutation that returns an error (or panics) is
-//     discarded with its copy: it leaves nothing behind and only its caller sees the error
-//     (a panic is re-raised in the caller's goroutine).
+//     and applies the mutations in arrival order to one copy-on-write state (cow.go) that
+//     starts from the durable state. A mutation that returns an error (or panics) is discarded:
+//     it leaves nothing behind and only its caller sees the error (a panic is re-raised in the
+//     caller's goroutine).
 //   - If at least one mutation succeeded and the encoded data differs from what is on disk,
-//     the leader writes the file once. On success it publishes a fresh copy of the new state
-//     (nothing a mutation kept a reference to can reach the durable state); on
-//     failure the durable state and the file stay as they were, the temporary file is
-//     removed, and every caller whose mutation succeeded gets the wrapped write error.
+//     the leader writes the file once. On success it publishes the new state, which shares
+//     every record that did not change with the old one; the records the batch put are the
+//     store's own deep copies, so nothing a caller kept a reference to can reach the durable
+//     state. On failure the durable state and the file stay as they were, the temporary file
+//     is removed, and every caller whose mutation succeeded gets the wrapped write error.
 //   - The leader then hands leadership to the oldest waiting caller, if any, and wakes the
 //     callers of its batch. A leader therefore commits exactly one batch, the one holding its
 //     own mutation: no caller's latency grows with the arrival rate of others (no batching
@@ -56,8 +58,20 @@
 // of that batch, which are not yet on disk; they commit or fail together with its own, so a
 // decision it takes on them can never outlive them. No mutation sees a failed batch's state.
 //
-// Cost: a batch of b mutations over n claims copies the state b+1 times in memory (each copy
-// allocates a handful of arrays, not a few per claim) and encodes and writes it once.
+// # Copy-on-write
+//
+// Records (a Claim and its slices) are shared between the states the store publishes and
+// never modified once recorded: a change replaces a record with a new one. Put and
+// SetReservedFor build the new record themselves; an Update mutation gets a claims map of its
+// own over the shared records, and the store keeps a deep copy of each record it added or
+// replaced, found by comparing with the record before (Claim.equal). So no mutation may modify
+// a recorded claim's slices in place (TestCopyOnWriteLeavesHeldRecordsAlone here, and the
+// driver's test of every path that changes the checkpoint, hold the code to it).
+//
+// Cost: a batch of b Put or SetReservedFor calls over n claims copies the b records it replaces,
+// one claims map (shallow, no record copied) for the state it publishes, and the per-GPU totals
+// (one entry per GPU); an Update mutation adds one shallow map copy and a comparison per claim.
+// The batch is encoded (only the claims that changed, encoder.go) and written once.
 //
 // Mutations run on the leader's goroutine while others wait: they must be quick, do no I/O
 // and must not call the Store.

@@ -21,7 +21,7 @@ type claimEncoder struct {
 }
 
 type encodedClaim struct {
-	claim Claim // as encoded; never modified (a deep copy of the durable record)
+	claim Claim // as encoded: a record of the store's state, which never changes (cow.go)
 	json  []byte
 }
 
@@ -29,7 +29,8 @@ func newClaimEncoder() *claimEncoder {
 	return &claimEncoder{claims: map[string]encodedClaim{}}
 }
 
-// encode returns the data value of d, byte for byte what json.Marshal(d) returns.
+// encode returns the data value of d, byte for byte what json.Marshal(d) returns. The bytes
+// are the encoder's buffer: valid until the next encode (the file is assembled from them).
 func (e *claimEncoder) encode(d Data) ([]byte, error) {
 	uids := make([]string, 0, len(d.Claims))
 	for uid := range d.Claims {
@@ -50,7 +51,7 @@ func (e *claimEncoder) encode(d Data) ([]byte, error) {
 			if err != nil {
 				return nil, fmt.Errorf("encode claim %s: %w", uid, err)
 			}
-			enc = encodedClaim{claim: c.DeepCopy(), json: b}
+			enc = encodedClaim{claim: c, json: b}
 			e.claims[uid] = enc
 		}
 		if i > 0 {
@@ -68,7 +69,7 @@ func (e *claimEncoder) encode(d Data) ([]byte, error) {
 			delete(e.claims, uid)
 		}
 	}
-	return bytes.Clone(e.buf.Bytes()), nil
+	return e.buf.Bytes(), nil
 }
 
 // appendJSON appends v as encoding/json encodes it: quoted as it is when it holds only

@@ -108,7 +108,8 @@ type envelope struct {
 	Data     json.RawMessage `json:"data"`
 }
 
-// encode returns the data value as written (the checksummed bytes) and the whole file content.
+// encode returns the data value as written (the checksummed bytes, a part of file) and the
+// whole file content.
 // The file is assembled by hand rather than by marshalling an envelope with a RawMessage so
 // that no re-encoding can change a byte between the checksum and the file. The data value is
 // encoded by enc, which re-encodes only the claims that changed (encoder.go).
@@ -116,12 +117,12 @@ func encode(enc *claimEncoder, d Data, writer string) (dataBytes, file []byte, e
 	if d.Claims == nil {
 		d.Claims = map[string]Claim{} // the contract shows an object, never null
 	}
-	dataBytes, err = enc.encode(d)
+	encoded, err := enc.encode(d)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode checkpoint data: %w", err)
 	}
 	var b bytes.Buffer
-	b.Grow(len(dataBytes) + 64)
+	b.Grow(len(encoded) + len(writer) + 80)
 	b.WriteString(`{"version":`)
 	b.WriteString(strconv.Quote(versionFor(d)))
 	if writer != "" {
@@ -129,11 +130,13 @@ func encode(enc *claimEncoder, d Data, writer string) (dataBytes, file []byte, e
 		b.WriteString(strconv.Quote(writer))
 	}
 	b.WriteString(`,"checksum":`)
-	b.WriteString(strconv.FormatUint(uint64(crc32.ChecksumIEEE(dataBytes)), 10))
+	b.WriteString(strconv.FormatUint(uint64(crc32.ChecksumIEEE(encoded)), 10))
 	b.WriteString(`,"data":`)
-	b.Write(dataBytes)
+	start := b.Len()
+	b.Write(encoded)
 	b.WriteString("}\n")
-	return dataBytes, b.Bytes(), nil
+	file = b.Bytes()
+	return file[start : start+len(encoded)], file, nil
 }
 
 // decode parses a checkpoint file's content; path is only used in errors. Any defect is

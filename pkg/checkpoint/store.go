@@ -31,8 +31,9 @@ type Store struct {
 	write func(path string, data []byte, perm os.FileMode) error
 
 	// view is what readers see: the durable state less the claims RemoveDeferred removed and no
-	// write has carried yet. A published view and everything it points to never change; readers
-	// deep-copy from it. It is replaced under mu.
+	// write has carried yet. A published view and everything it points to never change: the next
+	// one shares every claim record that did not change (copy-on-write, cow.go), and Get and
+	// Snapshot deep-copy from it. It is replaced under mu.
 	view atomic.Pointer[view]
 
 	mu      sync.Mutex
@@ -62,10 +63,12 @@ type Store struct {
 // §14): the file belongs to the next owner, and this process must not write it again.
 var ErrSealed = errors.New("checkpoint handed over to another plugin instance; this one no longer writes it")
 
-// update is one caller's pending mutation and the channel its outcome arrives on.
+// update is one caller's pending change to the batch's state and the channel its outcome
+// arrives on. apply either changes the state and returns nil, or leaves it as it was and returns
+// an error (or panics).
 type update struct {
-	mutate func(*Data) error
-	done   chan outcome // buffered: the sender never blocks
+	apply func(*batchState) error
+	done  chan outcome // buffered: the sender never blocks
 }
 
 // outcome is what a waiting caller receives: its result, or leadership of the next batch.
@@ -132,7 +135,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	s.view.Store(&view{durable: &d})
+	s.view.Store(newView(&d, totalsOf(d.Claims), nil))
 	return s, nil
 }
 
@@ -179,8 +182,39 @@ func (s *Store) Snapshot() Data {
 // goroutine: it must be quick, do no I/O, not call the Store, not keep d or anything in it
 // after it returns, and not call runtime.Goexit (t.FailNow). A panic in mutate is re-raised
 // in the caller's goroutine.
+//
+// d's claims map is mutate's own, but the records in it are the durable ones, shared with
+// every reader (copy-on-write): mutate may add, replace and delete claims in the map, and must
+// never modify a record's slices (ReservedFor, Devices, a device's CDIDeviceIDs) in place. To
+// change a claim, build the new record with slices of its own and store it under its UID. The
+// store keeps a copy of each record mutate added or replaced, not the caller's slices.
+//
+// Update copies the claims map for mutate; Put and SetReservedFor do not, and are what Prepare
+// uses.
 func (s *Store) Update(mutate func(*Data) error) error {
-	u := &update{mutate: mutate, done: make(chan outcome, 1)}
+	return s.enqueue(func(b *batchState) error {
+		trial := b.data()
+		if err := mutate(&trial); err != nil {
+			return err
+		}
+		b.absorb(trial)
+		return nil
+	})
+}
+
+// Put records c as the claim uid (added, or replacing its record) and makes it durable before it
+// returns nil, as Update does, without copying the claims map: the store keeps a copy of c.
+func (s *Store) Put(uid string, c Claim) error {
+	c = c.DeepCopy()
+	return s.enqueue(func(b *batchState) error {
+		b.put(uid, c)
+		return nil
+	})
+}
+
+// enqueue queues apply for the next batch and returns its outcome once the batch is committed.
+func (s *Store) enqueue(apply func(*batchState) error) error {
+	u := &update{apply: apply, done: make(chan outcome, 1)}
 	s.mu.Lock()
 	if s.sealed {
 		s.mu.Unlock()
@@ -244,37 +278,29 @@ func (s *Store) lead(self *update) outcome {
 	return own
 }
 
-// commit applies the deferred removals and then the batch in order, each mutation to its own
-// copy, writes the result once and publishes it. It returns each mutation's outcome, in batch
-// order.
+// commit applies the deferred removals and then the batch in order to one copy-on-write state
+// (cow.go), writes the result once and publishes it. It returns each update's outcome, in batch
+// order. An update that fails leaves the state as it found it.
 func (s *Store) commit(batch []*update, removed map[string]struct{}) []outcome {
 	results := make([]outcome, len(batch))
-	working := s.view.Load().durable
-	if len(removed) > 0 {
-		trial := working.DeepCopy()
-		for uid := range removed {
-			delete(trial.Claims, uid)
-		}
-		working = &trial
+	old := s.view.Load()
+	b := newBatchState(old.durable)
+	for uid := range removed {
+		b.delete(uid)
 	}
 	var applied []int
 	for i, u := range batch {
-		trial := working.DeepCopy()
-		if results[i] = apply(u.mutate, &trial); results[i].err != nil || results[i].panicked {
+		if results[i] = apply(u.apply, b); results[i].err != nil || results[i].panicked {
 			continue
 		}
-		if trial.Claims == nil {
-			trial.Claims = map[string]Claim{}
-		}
-		working = &trial
 		applied = append(applied, i)
 	}
 	if len(applied) == 0 && len(removed) == 0 {
 		return results
 	}
-	// Publish a copy: whatever the mutations kept references to can never reach the
-	// durable state, which must not change once published.
-	next := working.DeepCopy()
+	// The new state shares every unchanged record with the old one; the records the batch
+	// put are the store's own copies, so nothing a caller holds can reach it.
+	next := b.data()
 	if err := s.persist(next); err != nil {
 		for _, i := range applied {
 			results[i].err = err
@@ -292,19 +318,19 @@ func (s *Store) commit(batch []*update, removed map[string]struct{}) []outcome {
 			still[uid] = struct{}{}
 		}
 	}
-	s.view.Store(&view{durable: &next, removed: still})
+	s.view.Store(newView(&next, old.durableTotals.applied(old.durable, b.changed), still))
 	s.mu.Unlock()
 	return results
 }
 
-// apply runs one mutation, catching a panic so that the leader survives it.
-func apply(mutate func(*Data) error, d *Data) (o outcome) {
+// apply runs one update, catching a panic so that the leader survives it.
+func apply(update func(*batchState) error, b *batchState) (o outcome) {
 	defer func() {
 		if r := recover(); r != nil {
 			o = outcome{panicked: true, panicValue: r}
 		}
 	}()
-	return outcome{err: mutate(d)}
+	return outcome{err: update(b)}
 }
 
 // persist writes d to the file unless the file already holds exactly that data.
@@ -333,13 +359,15 @@ func (s *Store) SetReservedFor(claimUID string, pods []string) error {
 	if c, ok := s.view.Load().get(claimUID); ok && slices.Equal(c.ReservedFor, pods) {
 		return nil
 	}
-	return s.Update(func(d *Data) error {
-		c, ok := d.Claims[claimUID]
+	pods = slices.Clone(pods)
+	return s.enqueue(func(b *batchState) error {
+		c, ok := b.get(claimUID)
 		if !ok {
 			return fmt.Errorf("record reservedFor of claim %s: %w", claimUID, ErrNotPrepared)
 		}
-		c.ReservedFor = slices.Clone(pods)
-		d.Claims[claimUID] = c
+		// A new record: its devices are the old record's (immutable), its pods its own.
+		c.ReservedFor = pods
+		b.put(claimUID, c)
 		return nil
 	})
 }

@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"iter"
 	"sync"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
@@ -29,7 +28,7 @@ func (d *Driver) admit(uid string, devs []checkpoint.Device) (release func(), er
 	a := d.admitted
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := d.checkCapacity(a.prepared(d.deps.Checkpoint), uid, devs); err != nil {
+	if err := d.checkCapacity(a.takenBesides(d.deps.Checkpoint.Totals(), uid), devs); err != nil {
 		return nil, err
 	}
 	a.pending[uid] = devs
@@ -40,20 +39,34 @@ func (d *Driver) admit(uid string, devs []checkpoint.Device) (release func(), er
 	}, nil
 }
 
-// prepared yields the claims of the checkpoint and those being prepared, each once: a claim
-// whose record was written before its admission was released is in both. Called under mu.
-func (a *admissions) prepared(store *checkpoint.Store) iter.Seq2[string, []checkpoint.Device] {
-	return func(yield func(string, []checkpoint.Device) bool) {
-		stop := false
-		store.Range(func(uid string, c *checkpoint.Claim) {
-			if _, pending := a.pending[uid]; !pending && !stop {
-				stop = !yield(uid, c.Devices)
-			}
-		})
-		for uid, devs := range a.pending {
-			if stop || !yield(uid, devs) {
-				return
+// takenBesides returns what the claims of the checkpoint (its running totals, read once) and
+// those being prepared take of a GPU, the claim uid's own results left out. A claim whose record
+// was written before its admission was released is in both, and counted once. It walks no
+// recorded claim: only the claims being prepared, as many as Prepares in flight. Called under mu.
+func (a *admissions) takenBesides(recorded checkpoint.Totals, uid string) func(gpuUUID string) checkpoint.GPUTotals {
+	own, ownRecorded := recorded.Devices(uid)
+	return func(gpuUUID string) checkpoint.GPUTotals {
+		t := recorded.GPU(gpuUUID)
+		if ownRecorded {
+			for _, dev := range own {
+				if dev.GPUUUID == gpuUUID {
+					t.Remove(dev)
+				}
 			}
 		}
+		for other, devs := range a.pending {
+			if other == uid {
+				continue
+			}
+			if _, inTotals := recorded.Devices(other); inTotals {
+				continue
+			}
+			for _, dev := range devs {
+				if dev.GPUUUID == gpuUUID {
+					t.Add(dev)
+				}
+			}
+		}
+		return t
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,5 +106,34 @@ func TestFailedPrepareReleasesItsCapacity(t *testing.T) {
 	b := apiClaim("b", uidClaimB, result("gpu", "gpu-0", "1Gi", "60"))
 	if err := prepare(t, d, b)[b.UID]; err != nil {
 		t.Errorf("a claim that fits once the failed one is gone: %v", err)
+	}
+}
+
+// TestARecordedClaimIsCountedOnce: between a claim's checkpoint record and the release of its
+// admission, it is both in the checkpoint's totals and among the claims being prepared. A claim
+// that fits next to it exactly must be admitted in that window: counted twice, it would be
+// refused as overcommitted.
+func TestARecordedClaimIsCountedOnce(t *testing.T) {
+	recorded, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	d := newTestDriver(t, func(_ *Config, deps *Deps) {
+		deps.AtStep = func(s Step) {
+			if s == StepPrepareRecorded && held.CompareAndSwap(false, true) {
+				close(recorded)
+				<-release
+			}
+		}
+	})
+	a := apiClaim("a", uidClaimA, result("gpu", "gpu-0", "40Gi", "60"))
+	b := apiClaim("b", uidClaimB, result("gpu", "gpu-0", "40Gi", "40"))
+	first := make(chan error, 1)
+	go func() { first <- prepare(t, d, a)[a.UID] }()
+	<-recorded
+	if err := prepare(t, d, b)[b.UID]; err != nil {
+		t.Errorf("a claim that fits exactly next to one just recorded: %v", err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
 	}
 }

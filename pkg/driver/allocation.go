@@ -2,7 +2,6 @@ package driver
 
 import (
 	"fmt"
-	"iter"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -136,40 +135,28 @@ func consumedCores(r resourceapi.DeviceRequestAllocationResult) (int64, error) {
 
 // checkCapacity is the last line of defence against a double allocation: the scheduler should
 // never hand out more of a GPU than it has, but if it does (a stale slice, a bug), the claim
-// that would exceed it is refused here rather than silently overcommitting the GPU. prepared
-// yields every other claim prepared or being prepared (admission.go makes concurrent Prepares
-// see each other). Admin-access results are not counted, as the scheduler does not count them:
-// they take no share.
-func (d *Driver) checkCapacity(prepared iter.Seq2[string, []checkpoint.Device], uid string, devs []checkpoint.Device) error {
-	type use struct{ mem, cores int64 }
-	used := map[string]use{}
-	add := func(dev checkpoint.Device) {
-		mem, cores := takenBy(dev, publishedMemory(d.byName[dev.Device], d.cfg.MemoryReserve))
-		u := used[dev.GPUUUID]
-		used[dev.GPUUUID] = use{u.mem + mem, u.cores + cores}
-	}
-	for other, otherDevs := range prepared {
-		if other == uid {
-			continue
-		}
-		for _, dev := range otherDevs {
-			add(dev)
-		}
-	}
-	for _, dev := range devs {
-		add(dev)
-	}
+// that would exceed it is refused here rather than silently overcommitting the GPU. others
+// returns what every other claim prepared or being prepared takes of a GPU (admission.go: the
+// checkpoint's running totals and the Prepares in flight, which see each other). Admin-access
+// results are not counted, as the scheduler does not count them: they take no share.
+func (d *Driver) checkCapacity(others func(gpuUUID string) checkpoint.GPUTotals, devs []checkpoint.Device) error {
 	for _, dev := range devs {
 		if dev.AdminAccess {
 			continue
 		}
-		g := d.byName[dev.Device]
-		u := used[dev.GPUUUID]
-		if u.mem > publishedMemory(g, d.cfg.MemoryReserve) || u.cores > coresTotal {
+		published := publishedMemory(d.byName[dev.Device], d.cfg.MemoryReserve)
+		t := others(dev.GPUUUID)
+		for _, own := range devs {
+			if own.GPUUUID == dev.GPUUUID {
+				t.Add(own)
+			}
+		}
+		mem, cores := takenOf(t, published)
+		if mem > published || cores > coresTotal {
 			return failf(metrics.ReasonOvercommitted,
 				"device %s would be overcommitted (%s memory and %d%% cores allocated in all, of %s and 100%%)",
-				dev.Device, resource.NewQuantity(u.mem, resource.BinarySI), u.cores,
-				resource.NewQuantity(publishedMemory(g, d.cfg.MemoryReserve), resource.BinarySI))
+				dev.Device, resource.NewQuantity(mem, resource.BinarySI), cores,
+				resource.NewQuantity(published, resource.BinarySI))
 		}
 	}
 	return nil

@@ -2,7 +2,7 @@ package driver
 
 import (
 	"errors"
-	"maps"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -169,7 +169,7 @@ func TestDevicesOf(t *testing.T) {
 	}
 }
 
-// TestCheckCapacity: the last line of defence adds every prepared claim's share of a GPU (an
+// TestCheckCapacity: the last line of defence adds every recorded claim's share of a GPU (an
 // unlimited one counts as the whole GPU) and refuses the claim that would go past it.
 func TestCheckCapacity(t *testing.T) {
 	const self, other1, other2 = "self", "other-1", "other-2"
@@ -204,7 +204,17 @@ func TestCheckCapacity(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := allocationDriver(true)
-			err := d.checkCapacity(maps.All(tt.prepared), self, tt.claim)
+			store, err := checkpoint.Open(filepath.Join(t.TempDir(), "checkpoint.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for uid, devs := range tt.prepared {
+				if err := store.Put(uid, checkpoint.Claim{State: checkpoint.PrepareStarted, Devices: devs}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d.deps.Checkpoint, d.admitted = store, newAdmissions()
+			_, err = d.admit(self, tt.claim)
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)

@@ -161,10 +161,7 @@ func (d *Driver) createAndRecord(ctx context.Context, claim *resourceapi.Resourc
 		d.rollBackFiles(ctx, claim)
 		return fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
 	}
-	if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
-		data.Claims[uid] = prepared
-		return nil
-	}); err != nil {
+	if err := d.deps.Checkpoint.Put(uid, prepared); err != nil {
 		d.rollBackFiles(ctx, claim)
 		return &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s: %w", klog.KObj(claim), err)}
 	}

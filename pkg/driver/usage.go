@@ -10,46 +10,24 @@ const PublishedCores = coresTotal
 
 // GPUStates returns every GPU of the node in index order, in the usage sampler's terms, with the
 // claims prepared on it (every checkpoint entry, half-prepared ones included: their capacity is
-// taken). It reads one checkpoint snapshot and takes no lock a Prepare holds.
+// taken). It reads the checkpoint's running totals, walks no claim and takes no lock a Prepare
+// holds.
 func (d *Driver) GPUStates() []usage.GPU {
-	snap := d.deps.Checkpoint.Snapshot()
+	recorded := d.deps.Checkpoint.Totals()
 	out := make([]usage.GPU, len(d.devices))
-	pos := make(map[string]int, len(d.devices))
 	for i, g := range d.devices {
 		_, bad := d.health.unhealthy(g.UUID)
-		out[i] = usage.GPU{UUID: g.UUID, Device: DeviceName(g.Index), PublishedMemory: publishedMemory(g, d.cfg.MemoryReserve), Healthy: !bad}
-		pos[g.UUID] = i
-	}
-	for _, c := range snap.Claims {
-		for _, dev := range c.Devices {
-			i, ok := pos[dev.GPUUUID]
-			if !ok {
-				continue // a GPU this node no longer has: nothing to show it against
-			}
-			if dev.AdminAccess {
-				continue // a monitor next to the shares, not one of them
-			}
-			mem, cores := takenBy(dev, out[i].PublishedMemory)
-			out[i].AllocatedMemory += mem
-			out[i].AllocatedCores += cores
-			out[i].Shares++
-		}
+		published := publishedMemory(g, d.cfg.MemoryReserve)
+		t := recorded.GPU(g.UUID)
+		mem, cores := takenOf(t, published)
+		out[i] = usage.GPU{UUID: g.UUID, Device: DeviceName(g.Index), PublishedMemory: published, Healthy: !bad,
+			AllocatedMemory: mem, AllocatedCores: cores, Shares: t.Results}
 	}
 	return out
 }
 
-// takenBy is what one result takes of its GPU: the checkpoint records a whole GPU as 0, and an
-// admin-access result takes nothing (contract §2: it is not a share).
-func takenBy(dev checkpoint.Device, published int64) (mem, cores int64) {
-	if dev.AdminAccess {
-		return 0, 0
-	}
-	mem, cores = dev.MemoryBytes, dev.Cores
-	if mem == 0 {
-		mem = published
-	}
-	if cores == 0 {
-		cores = coresTotal
-	}
-	return mem, cores
+// takenOf is what the results counted in t take of their GPU: the checkpoint records a whole GPU
+// as 0, and counts no admin-access result (contract §2: it is not a share).
+func takenOf(t checkpoint.GPUTotals, published int64) (mem, cores int64) {
+	return t.MemoryBytes + int64(t.WholeMemory)*published, t.Cores + int64(t.WholeCores)*coresTotal
 }

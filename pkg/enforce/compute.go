@@ -89,7 +89,11 @@ type coreSample struct {
 type coreState struct {
 	target  Target
 	samples []coreSample // oldest first, the last CoreWindow of passes
-	seen    bool
+	// sumUtil and sumLimit are the sums over samples, kept as they come and go so that a pass
+	// costs the same whatever the window holds (a 10 s window is 100 samples at 100 ms). Both
+	// are sums of whole percents, exact in a float64.
+	sumUtil, sumLimit float64
+	seen              bool
 
 	reported   bool    // this episode was reported (counted, logged, evented)
 	throttling bool    // an episode of throttling is in progress
@@ -220,15 +224,20 @@ func (t *Target) configDirs() []string {
 
 // coreCheck records the pass's figure and applies the rule.
 func (e *Enforcer) coreCheck(logger logr.Logger, now time.Time, k computeKey, st *coreState, util, passLimit float64) {
+	util, passLimit = math.Round(util), math.Round(passLimit)
 	st.samples = append(st.samples, coreSample{at: now, util: util, limit: passLimit})
+	st.sumUtil += util
+	st.sumLimit += passLimit
 	cut := 0
 	for cut < len(st.samples)-1 && now.Sub(st.samples[cut+1].at) >= e.cfg.CoreWindow {
+		st.sumUtil -= st.samples[cut].util
+		st.sumLimit -= st.samples[cut].limit
 		cut++ // keep one sample at or beyond the window's start, so coverage can be told
 	}
 	st.samples = st.samples[cut:]
 	// The limit an average is held to is the average of the limits in force over the window:
 	// an allowance that changed (a burst, given and taken back) is held to what it was when.
-	avg, limit, covered := windowAverage(st.samples, now, e.cfg.CoreWindow)
+	avg, limit, covered := st.windowAverage(now, e.cfg.CoreWindow)
 	over := covered && avg > limit+float64(e.cfg.CoreMargin)
 	log := logger.WithValues("pod", klog.KRef(st.target.Namespace, st.target.Pod), "container", st.target.Container, "claim", st.target.Claim, "gpu", k.gpu)
 	msg := func() string {
@@ -324,23 +333,23 @@ func (st *coreState) runningEstimate(now time.Time) float64 {
 }
 
 // windowAverage is the mean utilisation and limit of the samples within window of now, and
-// whether the samples cover the whole window.
-func windowAverage(samples []coreSample, now time.Time, window time.Duration) (util, limit float64, covered bool) {
-	if len(samples) == 0 {
-		return 0, 0, false
-	}
-	n := 0
-	for _, s := range samples {
-		if now.Sub(s.at) < window {
-			util += s.util
-			limit += s.limit
-			n++
-		}
-	}
+// whether the samples cover the whole window: every sample but the oldest is within it
+// (coreCheck keeps one at or beyond the window's start).
+func (st *coreState) windowAverage(now time.Time, window time.Duration) (util, limit float64, covered bool) {
+	n := len(st.samples)
 	if n == 0 {
 		return 0, 0, false
 	}
-	return util / float64(n), limit / float64(n), now.Sub(samples[0].at) >= window
+	u, l := st.sumUtil, st.sumLimit
+	covered = now.Sub(st.samples[0].at) >= window
+	if covered && n > 1 {
+		u -= st.samples[0].util
+		l -= st.samples[0].limit
+		n--
+	} else if covered {
+		return 0, 0, true // the one sample is older than the window: nothing within it
+	}
+	return u / float64(n), l / float64(n), covered
 }
 
 // endCompute forgets the states no pass saw (their target is gone, or the GPU no longer
@@ -371,7 +380,7 @@ func (e *Enforcer) endCompute() {
 			continue
 		}
 		st.seen = false
-		if !st.throttling && !st.reported && allIdle(st.samples) {
+		if !st.throttling && !st.reported && st.sumUtil <= 0 {
 			delete(e.compute, k)
 		}
 	}
@@ -381,10 +390,6 @@ func (e *Enforcer) endCompute() {
 // sampled (a minute at the default period): long enough that a container idle for a while is
 // not thawed again in the middle of its own throttling, short enough to bound the set.
 const sweepForget = 240
-
-func allIdle(samples []coreSample) bool {
-	return !slices.ContainsFunc(samples, func(s coreSample) bool { return s.util > 0 })
-}
 
 // thawTarget ends any throttling of the target (before its processes are killed: a frozen
 // process dies only once thawed on cgroup v1).

@@ -43,3 +43,23 @@ func TestAddLimits(t *testing.T) {
 		t.Errorf("an admin-access container: %+v, want no limit and no registration", monitor)
 	}
 }
+
+// TestAddLimitsClassesAndCeilings: the arbiter's terms come from the checkpoint (contract §16).
+func TestAddLimitsClassesAndCeilings(t *testing.T) {
+	devs := []checkpoint.Device{
+		{GPUUUID: "GPU-a", Cores: 20, CoresCeiling: 60},
+		{GPUUUID: "GPU-a", Cores: 10, CoresCeiling: 70}, // ceilings add up, at most 100
+		{GPUUUID: "GPU-b", Cores: 10, Class: "BestEffort"},
+		{GPUUUID: "GPU-c", Cores: 10, Class: "BestEffort", CoresCeiling: 40},
+		{GPUUUID: "GPU-c", Cores: 10}, // a guaranteed share there: not best-effort
+		{GPUUUID: "GPU-d", Cores: 25},
+	}
+	var tg enforce.Target
+	addLimits(&tg, devs, []int{0, 1, 2, 3, 4, 5}, nil)
+	if want := map[string]uint32{"GPU-a": 100, "GPU-b": 100, "GPU-c": 50, "GPU-d": 25}; !reflect.DeepEqual(tg.CoreCeilings, want) {
+		t.Errorf("ceilings %v, want %v", tg.CoreCeilings, want)
+	}
+	if want := map[string]bool{"GPU-b": true}; !reflect.DeepEqual(tg.BestEffort, want) {
+		t.Errorf("best-effort %v, want %v", tg.BestEffort, want)
+	}
+}

@@ -115,6 +115,7 @@ func TestFlagErrors(t *testing.T) {
 		"--node-name=n --core-enforcement=freeze":                          `--core-enforcement: "freeze": want report, throttle or off`,
 		"--node-name=n --core-enforce-margin=0":                            "--core-enforce-margin 0: want 1-100",
 		"--node-name=n --core-enforce-window=-1s":                          "--core-enforce-window must not be negative",
+		"--node-name=n --core-period=-1s":                                  "--core-period must not be negative",
 	} {
 		cmd := exec.Command(os.Args[0], strings.Fields(args)...)
 		cmd.Env = append(os.Environ(), "VGPU_PLUGIN_AS_MAIN=1", "NODE_NAME=")

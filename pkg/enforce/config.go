@@ -116,8 +116,11 @@ func (s Settings) Validate() []error {
 			errs = append(errs, fmt.Errorf("--core-enforcement: %w", err))
 		}
 	}
-	if s.CoreMargin > 100 || s.CoreWindow < 0 || s.CorePeriod < 0 {
-		errs = append(errs, errors.New("--core-enforce-margin must be 1-100, --core-enforce-window and --core-period must not be negative"))
+	if s.CoreMargin > 100 || s.CoreWindow < 0 {
+		errs = append(errs, errors.New("--core-enforce-margin must be 1-100 and --core-enforce-window must not be negative"))
+	}
+	if s.CorePeriod < 0 {
+		errs = append(errs, errors.New("--core-period must not be negative"))
 	}
 	return errs
 }

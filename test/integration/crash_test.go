@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,8 +64,13 @@ func crashAt(t *testing.T, step driver.Step) {
 		_, err = k.tryPrepare(a)
 	}
 	switch {
-	case afterAnswer && err != nil:
+	case afterAnswer && err != nil && status.Code(err) != codes.Unavailable:
 		t.Fatalf("Unprepare: %v", err)
+	case afterAnswer && err != nil:
+		// The background removal is kicked as Unprepare returns and may reach its step (and
+		// the kill) before gRPC has written the answer: the kubelet then sees the connection
+		// drop and would retry an Unprepare that is already done. What follows holds either way.
+		t.Logf("the kill at %s came before the answer reached the kubelet: %v", step, err)
 	case !afterAnswer && err == nil:
 		t.Fatalf("the kubelet got an answer although the plugin was to be killed at %s", step)
 	}

@@ -95,8 +95,8 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	c := &f.cfg
 	fs.StringVar(&f.podName, "pod-name", os.Getenv("POD_NAME"), "Name of this pod (env POD_NAME), for the API requests' user agent.")
 	fs.StringVar(&f.driverName, "driver-name", contract.DefaultDriverName, "DRA driver name: the kubelet plugin's NRI plugin name, which the required-plugins annotation names (with feature gate NRISupport), and the domain of the GPU's uuid attribute.")
-	fs.StringVar(&c.Rules.DeviceClass, "device-class", contract.DefaultDriverName, "DeviceClass whose requests are vGPU requests.")
-	fs.StringVar(&f.extendedResource, "extended-resource", contract.DefaultDriverName+"/"+contract.ExtendedResourceSuffix, "Extended resource of that DeviceClass (extendedResourceName); empty: none.")
+	fs.StringSliceVar(&c.Rules.DeviceClasses, "device-class", []string{contract.DefaultDriverName}, "DeviceClasses whose requests are vGPU requests, comma-separated: the main one (whose extended resource is --extended-resource) first, then the compute classes' (the chart's guaranteed.<driver> and best-effort.<driver>, contract §17).")
+	fs.StringVar(&f.extendedResource, "extended-resource", contract.DefaultDriverName+"/"+contract.ExtendedResourceSuffix, "Extended resource of the main DeviceClass (extendedResourceName); empty: none.")
 	fs.StringVar(&c.Address, "webhook-address", ":8443", "Address of the HTTPS server the API server sends admission reviews to.")
 	fs.StringVar(&c.CertDir, "cert-dir", "/var/run/vgpu-webhook/tls", "Directory of the serving certificate (tls.crt, tls.key), reloaded when it changes.")
 	fs.StringVar(&f.tlsMode, "tls-mode", tlsSelfManaged, `"self-managed": cert-controller's rotator keeps a CA and the serving certificate in --tls-secret and the CA in the webhook configurations, and the webhook copies the certificate into --cert-dir; "files": someone else keeps --cert-dir (cert-manager's Secret, mounted).`)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,7 +35,7 @@ func TestConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := cfg.Rules
-	if r.DeviceClass != "vgpu.dra.dev" || r.Driver != "vgpu.dra.dev" || r.ExtendedResource != "vgpu.dra.dev/vgpu" || r.UUIDAttribute != "vgpu.dra.dev/uuid" || r.RequiredPlugin != "vgpu.dra.dev" {
+	if !slices.Equal(r.DeviceClasses, []string{"vgpu.dra.dev"}) || r.Driver != "vgpu.dra.dev" || r.ExtendedResource != "vgpu.dra.dev/vgpu" || r.UUIDAttribute != "vgpu.dra.dev/uuid" || r.RequiredPlugin != "vgpu.dra.dev" {
 		t.Errorf("rules from the defaults: %+v", r)
 	}
 	if cfg.Rotator == nil || cfg.Rotator.SecretNamespace != "vgpu-dra" || cfg.Rotator.SecretName != "vgpu-dra-webhook-tls" {
@@ -54,6 +55,12 @@ func TestConfig(t *testing.T) {
 		t.Errorf("--refuse-nvidia-visible-devices: %+v, %v", cfg.Rules, err)
 	}
 
+	f = parse(t, append(selfManaged, "--device-class=vgpu.dra.dev,guaranteed.vgpu.dra.dev,best-effort.vgpu.dra.dev")...)
+	if cfg, err = f.config(); err != nil || !slices.Equal(cfg.Rules.DeviceClasses,
+		[]string{"vgpu.dra.dev", "guaranteed.vgpu.dra.dev", "best-effort.vgpu.dra.dev"}) {
+		t.Errorf("--device-class with the compute classes: %q, %v", cfg.Rules.DeviceClasses, err)
+	}
+
 	f = parse(t, "--tls-mode=files")
 	if cfg, err = f.config(); err != nil || cfg.Rotator != nil {
 		t.Errorf("files mode: %+v, %v", cfg.Rotator, err)
@@ -65,7 +72,8 @@ func TestConfig(t *testing.T) {
 	}{
 		{[]string{"--tls-secret=only-a-name"}, "--tls-secret as <namespace>/<name>"},
 		{[]string{"--tls-mode=magic"}, `--tls-mode "magic"`},
-		{append(selfManaged, "--device-class="), "--device-class must not be empty"},
+		{append(selfManaged, "--device-class="), "--device-class must name at least one DeviceClass"},
+		{append(selfManaged, "--device-class=vgpu.dra.dev,,x"), "and no empty one"},
 		{append(selfManaged, "--max-missing-claim-waits=0"), "--max-missing-claim-waits 0: want at least 1"},
 	} {
 		f := parse(t, tt.args...)

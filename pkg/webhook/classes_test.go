@@ -32,6 +32,7 @@ func TestDeviceClasses(t *testing.T) {
 		{name: "in a second selector", class: class("mine", `device.capacity["x"].memory > 0`, `device.driver in ["a.example.com", "vgpu.dra.dev"]`), refused: `DeviceClass "mine"`},
 		{name: "no selectors", class: class("everything"), refused: `DeviceClass "everything" has no selectors`},
 		{name: "negative: ours", class: class("vgpu.dra.dev", `device.driver == "vgpu.dra.dev"`)},
+		{name: "negative: a compute class of ours", class: class(testBestEffortClass, `device.driver == "vgpu.dra.dev"`)},
 		{name: "negative: another driver", class: class("gpu.nvidia.com", `device.driver == "gpu.nvidia.com"`)},
 		{name: "negative: a driver whose name extends ours", class: class("x", `device.driver == "vgpu.dra.dev.example.com"`)},
 	}
@@ -50,7 +51,7 @@ func TestDeviceClasses(t *testing.T) {
 				case tt.refused != "" && (resp.Allowed || resp.Result == nil):
 					t.Errorf("admitted")
 				case tt.refused != "":
-					for _, want := range []string{tt.refused, `ask for DeviceClass "vgpu.dra.dev"`} {
+					for _, want := range []string{tt.refused, `ask for DeviceClass "vgpu.dra.dev" or "best-effort.vgpu.dra.dev"`} {
 						if !strings.Contains(resp.Result.Message, want) {
 							t.Errorf("message %q lacks %q", resp.Result.Message, want)
 						}

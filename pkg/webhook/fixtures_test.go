@@ -14,13 +14,15 @@ import (
 // Builders of the objects the rule tests review. Everything is in namespace "ns".
 
 const (
-	testClass    = "vgpu.dra.dev"
-	otherClass   = "other.example.com"
-	testExtended = corev1.ResourceName("vgpu.dra.dev/vgpu")
-	testUUID     = "vgpu.dra.dev/uuid"
+	testClass  = "vgpu.dra.dev"
+	otherClass = "other.example.com"
+	// testBestEffortClass is a compute class's DeviceClass: ours too.
+	testBestEffortClass = "best-effort.vgpu.dra.dev"
+	testExtended        = corev1.ResourceName("vgpu.dra.dev/vgpu")
+	testUUID            = "vgpu.dra.dev/uuid"
 )
 
-var testSelection = Selection{DeviceClass: testClass, ExtendedResource: testExtended}
+var testSelection = Selection{DeviceClasses: []string{testClass, testBestEffortClass}, ExtendedResource: testExtended}
 
 var testRules = Rules{Selection: testSelection, Driver: testClass, UUIDAttribute: testUUID, RequiredPlugin: testClass}
 

@@ -265,7 +265,7 @@ func (r *Reviewer) validateClaim(ctx context.Context, req *admissionv1.Admission
 	if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
 		return outcome{err: fmt.Errorf("decode the ResourceClaim: %w", err)}
 	}
-	vs := claimRules(&c.Spec, r.rules.Selection, "ResourceClaim "+objectName(req.Namespace, c.ObjectMeta))
+	vs := claimRules(&c.Spec, r.rules.Selection, "ResourceClaim "+objectName(req.Namespace, c.ObjectMeta), claimConfigPath)
 	more, err := r.recheckPods(ctx, req.Namespace, &c)
 	if err != nil {
 		return outcome{err: fmt.Errorf("check the pods that will use ResourceClaim %s: %w", objectName(req.Namespace, c.ObjectMeta), err)}
@@ -279,7 +279,7 @@ func (r *Reviewer) validateTemplate(_ context.Context, req *admissionv1.Admissio
 	if err := json.Unmarshal(req.Object.Raw, &t); err != nil {
 		return outcome{err: fmt.Errorf("decode the ResourceClaimTemplate: %w", err)}
 	}
-	return outcome{violations: claimRules(&t.Spec.Spec, r.rules.Selection, "ResourceClaimTemplate "+objectName(req.Namespace, t.ObjectMeta))}
+	return outcome{violations: claimRules(&t.Spec.Spec, r.rules.Selection, "ResourceClaimTemplate "+objectName(req.Namespace, t.ObjectMeta), templateConfigPath)}
 }
 
 // objectName is "namespace/name" quoted, or the generateName prefix when the API server has

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
@@ -156,16 +157,18 @@ func contractEnv(c *corev1.Container) []string {
 	return out
 }
 
-// claimRules checks the capacity that a claim's requests for our class ask for against the
-// request policy every GPU is published with (contract §2). object names the claim or template.
-func claimRules(spec *resourceapi.ResourceClaimSpec, sel Selection, object string) []Violation {
-	var out []Violation
+// claimRules checks the capacity that a claim's requests for our classes ask for against the
+// request policy every GPU is published with (contract §2), and its configuration for our
+// driver (config.go, contract §17). object names the claim or template; configPath is where its
+// config list is.
+func claimRules(spec *resourceapi.ResourceClaimSpec, sel Selection, object string, configPath *field.Path) []Violation {
+	out := configRules(spec, sel, object, configPath)
 	for _, r := range spec.Devices.Requests {
-		if r.Exactly != nil && r.Exactly.DeviceClassName == sel.DeviceClass {
+		if r.Exactly != nil && sel.isOurClass(r.Exactly.DeviceClassName) {
 			out = append(out, capacityRules(r.Exactly.Capacity, fmt.Sprintf("%s: request %q", object, r.Name))...)
 		}
 		for _, s := range r.FirstAvailable {
-			if s.DeviceClassName == sel.DeviceClass {
+			if sel.isOurClass(s.DeviceClassName) {
 				out = append(out, capacityRules(s.Capacity, fmt.Sprintf("%s: request %q", object, r.Name+"/"+s.Name))...)
 			}
 		}

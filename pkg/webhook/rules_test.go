@@ -134,7 +134,7 @@ func TestClaimRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkViolations(t, claimRules(tt.spec, testSelection, `ResourceClaim "ns/c"`), tt.reason, tt.msg)
+			checkViolations(t, claimRules(tt.spec, testSelection, `ResourceClaim "ns/c"`, claimConfigPath), tt.reason, tt.msg)
 		})
 	}
 }

@@ -11,23 +11,38 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 )
 
-// Selection says which devices are ours: requests for our DeviceClass, and the DeviceClass's
-// extended resource (the scheduler makes that claim itself).
+// Selection says which devices are ours: requests for our DeviceClasses, and the main
+// DeviceClass's extended resource (the scheduler makes that claim itself).
 type Selection struct {
-	// DeviceClass is the DeviceClass of vGPU requests ("vgpu.dra.dev").
-	DeviceClass string
-	// ExtendedResource is that class's extended resource ("vgpu.dra.dev/vgpu").
+	// DeviceClasses are the DeviceClasses of vGPU requests: the main one first ("vgpu.dra.dev"),
+	// then the compute classes' ("guaranteed.vgpu.dra.dev", "best-effort.vgpu.dra.dev"; contract
+	// §17), which select the same devices and carry a VGPUConfig.
+	DeviceClasses []string
+	// ExtendedResource is the main class's extended resource ("vgpu.dra.dev/vgpu").
 	ExtendedResource corev1.ResourceName
 }
 
-// isOurs reports whether a request can be served by our class: an exactly request for it, or a
-// firstAvailable request with a subrequest for it (the scheduler may pick that one).
+// isOurClass reports whether a DeviceClass name is one of ours.
+func (sel Selection) isOurClass(name string) bool {
+	return slices.Contains(sel.DeviceClasses, name)
+}
+
+// mainClass is the DeviceClass that messages tell users to ask for.
+func (sel Selection) mainClass() string {
+	if len(sel.DeviceClasses) == 0 {
+		return ""
+	}
+	return sel.DeviceClasses[0]
+}
+
+// isOurs reports whether a request can be served by our classes: an exactly request for one, or
+// a firstAvailable request with a subrequest for one (the scheduler may pick that one).
 func (sel Selection) isOurs(r resourceapi.DeviceRequest) bool {
 	if r.Exactly != nil {
-		return r.Exactly.DeviceClassName == sel.DeviceClass
+		return sel.isOurClass(r.Exactly.DeviceClassName)
 	}
 	return slices.ContainsFunc(r.FirstAvailable, func(s resourceapi.DeviceSubRequest) bool {
-		return s.DeviceClassName == sel.DeviceClass
+		return sel.isOurClass(s.DeviceClassName)
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/informers"
@@ -63,8 +64,8 @@ type Config struct {
 // Validate reports every problem of the configuration at once.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Rules.DeviceClass == "" {
-		errs = append(errs, errors.New("--device-class must not be empty"))
+	if len(c.Rules.DeviceClasses) == 0 || slices.Contains(c.Rules.DeviceClasses, "") {
+		errs = append(errs, errors.New("--device-class must name at least one DeviceClass, and no empty one"))
 	}
 	if c.Rules.UUIDAttribute == "" {
 		errs = append(errs, errors.New("--driver-name must not be empty"))

@@ -82,7 +82,7 @@ func inDevicePlugin(set func(c *deviceplugin.Config, v string)) accepts {
 func webhookConfig(set func(c *webhook.Config, v string) error) accepts {
 	return func(v string) error {
 		c := webhook.Config{Address: ":8443", CertDir: "/var/run/vgpu-webhook/tls"}
-		c.Rules.DeviceClass, c.Rules.UUIDAttribute = "vgpu.dra.dev", "vgpu.dra.dev/uuid"
+		c.Rules.DeviceClasses, c.Rules.UUIDAttribute = []string{"vgpu.dra.dev"}, "vgpu.dra.dev/uuid"
 		if err := set(&c, v); err != nil {
 			return err
 		}

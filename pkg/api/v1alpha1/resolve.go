@@ -18,7 +18,7 @@ var AllocationConfigPath = field.NewPath("status", "allocation", "devices", "con
 func ForRequest(configs []resourceapi.DeviceAllocationConfiguration, request string, cores int64) (*VGPUConfig, error) {
 	chosen, chosenAt := -1, -1
 	for i, c := range configs {
-		if c.Opaque == nil || c.Opaque.Driver != GroupName || !appliesTo(c.Requests, request) {
+		if c.Opaque == nil || c.Opaque.Driver != GroupName || !AppliesTo(c.Requests, request) {
 			continue
 		}
 		if chosen < 0 || rank(c.Source) >= rank(configs[chosen].Source) {
@@ -48,7 +48,9 @@ func rank(s resourceapi.AllocationConfigSource) int {
 	return 0
 }
 
-func appliesTo(requests []string, request string) bool {
+// AppliesTo reports whether a configuration entry scoped to requests (none: every request)
+// applies to request, a request's name or "<request>/<subrequest>".
+func AppliesTo(requests []string, request string) bool {
 	if len(requests) == 0 {
 		return true
 	}

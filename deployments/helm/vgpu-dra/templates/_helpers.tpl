@@ -108,8 +108,22 @@ has(c.resources) && ((has(c.resources.limits) && '{{ .Values.driverName }}/vgpu'
 
 {{/* CEL over a ResourceClaimSpec at $spec: some request may be served by the DeviceClass. */}}
 {{- define "vgpu-dra.specUsesClass" -}}
-{{- $spec := index . 0 -}}{{- $class := index . 1 -}}
-has({{ $spec }}.devices) && has({{ $spec }}.devices.requests) && {{ $spec }}.devices.requests.exists(r, (has(r.exactly) && r.exactly.deviceClassName == '{{ $class }}') || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName == '{{ $class }}')))
+{{- $spec := index . 0 -}}{{- $classes := include "vgpu-dra.celClassList" (index . 1) -}}
+has({{ $spec }}.devices) && has({{ $spec }}.devices.requests) && {{ $spec }}.devices.requests.exists(r, (has(r.exactly) && r.exactly.deviceClassName in {{ $classes }}) || (has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName in {{ $classes }})))
+{{- end -}}
+
+{{/*
+vgpu-dra.deviceClasses: the DeviceClasses whose requests are vGPU requests, comma-separated, the
+main one first (the webhook's --device-class); the compute classes' with deviceClass.computeClasses.
+*/}}
+{{- define "vgpu-dra.deviceClasses" -}}
+{{ .Values.driverName }}
+{{- if .Values.deviceClass.computeClasses }},guaranteed.{{ .Values.driverName }},best-effort.{{ .Values.driverName }}{{ end -}}
+{{- end -}}
+
+{{/* vgpu-dra.celClassList: those names as a CEL list, ['a', 'b']. */}}
+{{- define "vgpu-dra.celClassList" -}}
+['{{ .Values.driverName }}'{{ if .Values.deviceClass.computeClasses }}, 'guaranteed.{{ .Values.driverName }}', 'best-effort.{{ .Values.driverName }}'{{ end }}]
 {{- end -}}
 
 {{/* What every webhook of the chart shares (contract §12). */}}

@@ -67,15 +67,23 @@ type Share struct {
 func Divide(shares []Share) []float64 {
 	out := make([]float64, len(shares))
 	demand := make([]float64, len(shares))
-	total := 0.0
+	total, active := 0.0, 0
 	for _, s := range shares {
 		total += max(s.Util, 0)
+		if s.Util >= idleUtil {
+			active++
+		}
 	}
-	saturated := total >= 100-Headroom
+	// On a saturated GPU the time-slicing gives each context with work an equal part: a share
+	// that got about that much may have wanted more; one that got well under it had no more work.
+	slice := -1.0
+	if total >= 100-Headroom && active > 0 {
+		slice = 100/float64(active) - Headroom
+	}
 	free := 100.0
 	for i, s := range shares {
 		req, ceil := terms(s)
-		demand[i] = demandOf(s, req, ceil, saturated)
+		demand[i] = demandOf(s, req, ceil, slice >= 0 && s.Util >= slice)
 		free -= min(demand[i], req)
 		out[i] = req
 	}
@@ -96,7 +104,7 @@ func terms(s Share) (req, ceil float64) {
 	return req, ceil
 }
 
-func demandOf(s Share, req, ceil float64, saturated bool) float64 {
+func demandOf(s Share, req, ceil float64, heldBack bool) float64 {
 	prev := s.Prev
 	if prev <= 0 {
 		prev = req
@@ -110,7 +118,7 @@ func demandOf(s Share, req, ceil float64, saturated bool) float64 {
 	default:
 		d = min(ceil, s.Util+Headroom)
 	}
-	if saturated && d < req {
+	if heldBack && d < req {
 		d = req
 	}
 	return d

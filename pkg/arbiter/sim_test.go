@@ -26,6 +26,8 @@ type simShare struct {
 	phase  float64                 // of its library's control tick, seconds
 	cap    float64                 // the allowance its library holds it to
 	busy   float64                 // accumulated over the current pass, percent·steps
+	// serve, when set, is given the utilisation the share got in each step and the step's end.
+	serve func(util, end float64)
 	trace  []float64               // its utilisation per step
 }
 
@@ -84,6 +86,9 @@ func (s *sim) run(seconds float64) {
 		for i, u := range timeSlice(want) {
 			s.shares[i].busy += u
 			s.shares[i].trace = append(s.shares[i].trace, u)
+			if s.shares[i].serve != nil {
+				s.shares[i].serve(u, t+simStep)
+			}
 		}
 		s.steps++
 		if s.steps%perPass == 0 {

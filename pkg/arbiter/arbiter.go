@@ -2,7 +2,9 @@ package arbiter
 
 import (
 	"path/filepath"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/fsutil"
@@ -18,9 +20,19 @@ type Arbiter struct {
 	// onError is told about a file that could not be written; may be nil.
 	onError func(target, path string, err error)
 
+	// now is the clock; time.Now unless a test replaces it.
+	now func() time.Time
+
 	// pass is the division in progress: target → GPU → allowance.
 	pass map[string]map[string]float64
 	dirs map[string][]string
+	// last is each GPU's inputs of the last completed pass (the wake path divides them again),
+	// and lastAllowances what that division gave each target.
+	last, lastNext map[string][]Input
+	lastAllowances map[string]map[string]float64
+	lastDirs       map[string][]string
+	// wakeDirs are the targets' core-limit directories, by key, for the wake watcher.
+	wakeDirs map[string][]string
 
 	mu sync.Mutex
 	// current is the last completed pass's division, by target and GPU, with the share's terms.
@@ -29,6 +41,10 @@ type Arbiter struct {
 	next map[string]map[string]Status
 	// written is the content last published per target's file.
 	written map[string]string
+	// wakes is the wake path's state (wake.go), under mu; watch its inotify watcher, nil
+	// until StartWaking.
+	wakes wakeState
+	watch *watcher
 }
 
 // Status is one target's share of one GPU after a pass: what the metrics and `kubectl vgpu` show.
@@ -45,7 +61,11 @@ func New(onError func(target, path string, err error)) *Arbiter {
 			return fsutil.WriteFileAtomic(path, data, contract.CoreAllowanceMode)
 		},
 		onError: onError,
+		now:     time.Now,
 		pass:    map[string]map[string]float64{},
+		last:    map[string][]Input{}, lastNext: map[string][]Input{},
+		lastAllowances: map[string]map[string]float64{}, lastDirs: map[string][]string{}, wakeDirs: map[string][]string{},
+		wakes:   newWakeState(),
 		dirs:    map[string][]string{},
 		current: map[string]map[string]Status{},
 		next:    map[string]map[string]Status{},
@@ -60,19 +80,25 @@ type Input struct {
 	// device-plugin pod has one per container); none: nowhere (the enforcer still holds it to
 	// the allowance).
 	ConfigDirs []string
+	// WakeDirs are its host core-limit directories, where its library signals that it has work
+	// (core.wake, contract §16); none: its wakes are not watched.
+	WakeDirs []string
 }
 
 // Divide divides one GPU between the inputs of this pass and returns each one's allowance.
 // Prev comes from the arbiter's own memory: what an input carries is ignored.
 func (a *Arbiter) Divide(gpu string, in []Input) []float64 {
 	shares := make([]Share, len(in))
+	now := a.now()
 	a.mu.Lock()
 	for i, x := range in {
 		shares[i] = x.Share
 		shares[i].Prev = a.current[x.Key][gpu].Allowance
+		shares[i].Woken = a.wakes.woken(x.Key, now)
 	}
 	a.mu.Unlock()
 	out := Divide(shares)
+	a.lastNext[gpu] = slices.Clone(in)
 	for i, x := range in {
 		m := a.pass[x.Key]
 		if m == nil {
@@ -82,6 +108,9 @@ func (a *Arbiter) Divide(gpu string, in []Input) []float64 {
 		m[gpu] = out[i]
 		if len(x.ConfigDirs) > 0 {
 			a.dirs[x.Key] = x.ConfigDirs
+		}
+		if len(x.WakeDirs) > 0 {
+			a.wakeDirs[x.Key] = x.WakeDirs
 		}
 		req, ceil := terms(x.Share)
 		a.record(x.Key, gpu, Status{Class: classOf(x.Share), Request: req, Ceiling: ceil, Allowance: out[i], Util: x.Util})
@@ -105,29 +134,7 @@ func (a *Arbiter) record(key, gpu string, s Status) {
 // with their containers).
 func (a *Arbiter) EndPass() {
 	for key, gpus := range a.pass {
-		dirs := a.dirs[key]
-		data := string(contract.EncodeCoreAllowances(gpus))
-		a.mu.Lock()
-		same := a.written[key] == data
-		a.mu.Unlock()
-		if same || len(dirs) == 0 {
-			continue
-		}
-		ok := true
-		for _, dir := range dirs {
-			path := filepath.Join(dir, contract.CoreAllowanceName)
-			if err := a.write(path, []byte(data)); err != nil {
-				ok = false
-				if a.onError != nil {
-					a.onError(key, path, err)
-				}
-			}
-		}
-		if ok { // else tried again next pass
-			a.mu.Lock()
-			a.written[key] = data
-			a.mu.Unlock()
-		}
+		a.publish(key, gpus, a.dirs[key])
 	}
 	a.mu.Lock()
 	a.current, a.next = a.next, map[string]map[string]Status{}
@@ -136,8 +143,39 @@ func (a *Arbiter) EndPass() {
 			delete(a.written, key)
 		}
 	}
+	a.wakes.forget(a.pass)
+	a.last, a.lastNext = a.lastNext, map[string][]Input{}
+	a.lastAllowances, a.lastDirs = a.pass, a.dirs
 	a.mu.Unlock()
-	a.pass, a.dirs = map[string]map[string]float64{}, map[string][]string{}
+	a.syncWatch(a.wakeDirs)
+	a.pass, a.dirs, a.wakeDirs = map[string]map[string]float64{}, map[string][]string{}, map[string][]string{}
+}
+
+// publish writes one target's allowances to its directories when they changed; a failed write
+// is tried again at the next change or pass.
+func (a *Arbiter) publish(key string, gpus map[string]float64, dirs []string) {
+	data := string(contract.EncodeCoreAllowances(gpus))
+	a.mu.Lock()
+	same := a.written[key] == data
+	a.mu.Unlock()
+	if same || len(dirs) == 0 {
+		return
+	}
+	ok := true
+	for _, dir := range dirs {
+		path := filepath.Join(dir, contract.CoreAllowanceName)
+		if err := a.write(path, []byte(data)); err != nil {
+			ok = false
+			if a.onError != nil {
+				a.onError(key, path, err)
+			}
+		}
+	}
+	if ok {
+		a.mu.Lock()
+		a.written[key] = data
+		a.mu.Unlock()
+	}
 }
 
 // Allowance is the target's allowance on the GPU after the last pass; false when it has none.

@@ -46,6 +46,9 @@ type Share struct {
 	Util float64
 	// Prev is its allowance after the previous pass; 0 is none yet (its request).
 	Prev float64
+	// Woken: its library said, since the last pass or in the one before, that it has work
+	// (contract §16, "Waking"); a guaranteed share's demand is then at least its request.
+	Woken bool
 }
 
 // Divide returns the allowance of each share of one GPU (same order as shares), in percent.
@@ -83,7 +86,7 @@ func Divide(shares []Share) []float64 {
 	free := 100.0
 	for i, s := range shares {
 		req, ceil := terms(s)
-		demand[i] = demandOf(s, req, ceil, slice >= 0 && s.Util >= slice)
+		demand[i] = demandOfWoken(s, req, demandOf(s, req, ceil, slice >= 0 && s.Util >= slice))
 		free -= min(demand[i], req)
 		out[i] = req
 	}
@@ -120,6 +123,15 @@ func demandOf(s Share, req, ceil float64, heldBack bool) float64 {
 	}
 	if heldBack && d < req {
 		d = req
+	}
+	return d
+}
+
+// demandOfWoken is a share's demand when its wake counts: a guaranteed share that woke wants at
+// least its request, whatever the last pass measured (NVML has not seen its work yet).
+func demandOfWoken(s Share, req, d float64) float64 {
+	if s.Woken && classOf(s) == Guaranteed {
+		return max(d, req)
 	}
 	return d
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // The closed loop the arbiter runs in, simulated in steps of 10 ms: a GPU time-sliced between
@@ -15,9 +16,13 @@ import (
 // dividing the GPU every pass from the utilisation NVML reports for the pass before.
 
 const (
-	simStep    = 0.01 // seconds
-	simPass    = 0.1  // the arbiter's pass (the enforcer's --core-period)
-	simControl = 0.1  // the library's control period
+	simStep    = 0.001 // seconds
+	simPass    = 0.1   // the arbiter's pass (the enforcer's --core-period)
+	simControl = 0.1   // the library's control period
+	// The wake path's library side (contract §16): a wake after 20 ms without launches, the
+	// allowance followed every 5 ms.
+	simWakeIdle = 0.02
+	simFollow   = 0.005
 )
 
 type simShare struct {
@@ -28,7 +33,9 @@ type simShare struct {
 	busy   float64                 // accumulated over the current pass, percent·steps
 	// serve, when set, is given the utilisation the share got in each step and the step's end.
 	serve func(util, end float64)
-	trace  []float64               // its utilisation per step
+	// lastLaunch is when it last had work (the wake path), -1 never.
+	lastLaunch float64
+	trace      []float64 // its utilisation per step
 }
 
 type sim struct {
@@ -36,16 +43,29 @@ type sim struct {
 	arb    *Arbiter
 	steps  int
 	allow  [][]float64 // per pass, per share
+	// wake: the libraries signal wakes and follow their allowance every simFollow (the wake
+	// path); else they read it at their control tick only.
+	wake bool
+	now  float64 // seconds
 }
 
 func newSim(shares ...*simShare) *sim {
 	s := &sim{shares: shares, arb: New(nil)}
+	s.arb.now = func() time.Time { return time.Unix(0, 0).Add(time.Duration(s.now * 1e9)) }
+	s.arb.SetWakeHold(time.Duration(simPass*1e9), nil)
 	for i, sh := range shares {
 		sh.cap = sh.Request
 		sh.phase = float64(i) * 0.037
 		sh.Key = fmt.Sprintf("s%d", i)
+		sh.lastLaunch = -1
 	}
 	return s
+}
+
+// ticks reports whether a period of the share's library, at its phase, ends at t.
+func ticks(t, phase, period float64) bool {
+	k := math.Mod(t-phase+10*period, period)
+	return k < simStep/2 || period-k < simStep/2
 }
 
 // timeSlice divides 100 % between the wants, equal parts water-filled.
@@ -75,13 +95,30 @@ func (s *sim) run(seconds float64) {
 	}
 	for n := int(math.Round(seconds / simStep)); n > 0; n-- {
 		t := float64(s.steps) * simStep
+		s.now = t
 		want := make([]float64, len(s.shares))
 		for i, sh := range s.shares {
-			// The library reads the allowance file at its control tick.
-			if k := math.Mod(t-sh.phase+10*simControl, simControl); k < simStep/2 || simControl-k < simStep/2 {
+			d := sh.demand(t)
+			if s.wake && d > 0 {
+				// A launch after an idle spell signals a wake; the node re-divides at once.
+				if sh.lastLaunch < 0 || t-sh.lastLaunch >= simWakeIdle {
+					if s.arb.Wake(sh.Key) == WakeTaken {
+						s.arb.Redivide()
+						for j, o := range s.shares {
+							if a, ok := s.arb.Allowance(o.Key, "gpu"); ok {
+								pending[j] = a
+							}
+						}
+					}
+				}
+				sh.lastLaunch = t
+			}
+			// The library reads the allowance file at its control tick (the wake path: every
+			// simFollow too).
+			if ticks(t, sh.phase, simControl) || s.wake && ticks(t, sh.phase, simFollow) {
 				sh.cap = pending[i]
 			}
-			want[i] = min(max(sh.demand(t), 0), sh.cap)
+			want[i] = min(max(d, 0), sh.cap)
 		}
 		for i, u := range timeSlice(want) {
 			s.shares[i].busy += u

@@ -90,3 +90,8 @@ func ParseCoreAllowances(data []byte) (map[string]int, error) {
 	}
 	return out, nil
 }
+
+// CoreWakeName is the file in the container's core-limit directory that its library writes when
+// it launches work after an idle spell (contract §16, "Waking"); the node watches it and reads
+// nothing of it.
+const CoreWakeName = "core.wake"

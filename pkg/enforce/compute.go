@@ -203,6 +203,7 @@ func (e *Enforcer) divide(uuid string, targets []Target, util func(key string) f
 		in = append(in, arbiter.Input{
 			Share:      arbiter.Share{Key: t.Key, Class: class, Request: float64(req), Ceiling: float64(max(t.CoreCeilings[uuid], req)), Util: util(t.Key)},
 			ConfigDirs: t.configDirs(),
+			WakeDirs:   t.wakeDirs(),
 		})
 	}
 	if len(in) > 0 {
@@ -211,6 +212,14 @@ func (e *Enforcer) divide(uuid string, targets []Target, util func(key string) f
 		}
 	}
 	return limits
+}
+
+// wakeDirs are the directories whose core.wake the arbiter watches for the target.
+func (t *Target) wakeDirs() []string {
+	if t.WakeDir == "" {
+		return nil
+	}
+	return []string{t.WakeDir}
 }
 
 // configDirs are the target's config directories: where its allowance file goes.

@@ -52,6 +52,9 @@ type Target struct {
 	// which of a pod's containers use it is not recorded anywhere a restart keeps; the device
 	// plugin's pods).
 	Pods []string
+	// WakeDir is its host core-limit directory, where its library signals work after an idle
+	// spell (core.wake, contract §16); empty: its wakes are not watched.
+	WakeDir string
 	// ConfigDir is the host config directory whose pids.config records the processes that
 	// registered with an earlier plugin instance (Deps.Registered). ConfigDirs are more, for a
 	// target of several containers with one each (a device-plugin pod whose containers hold
@@ -215,10 +218,14 @@ func (e *Enforcer) Run(ctx context.Context) {
 	t := time.NewTicker(e.cfg.Period)
 	defer t.Stop()
 	var cores <-chan time.Time
+	var wakes <-chan struct{}
 	if e.computes() {
 		ct := time.NewTicker(e.cfg.CorePeriod)
 		defer ct.Stop()
 		cores = ct.C
+		if e.deps.Arbiter != nil {
+			wakes = e.deps.Arbiter.Kicks()
+		}
 	}
 	for {
 		select {
@@ -231,6 +238,10 @@ func (e *Enforcer) Run(ctx context.Context) {
 			e.pass(ctx, true, false)
 		case <-cores:
 			e.pass(ctx, false, true)
+		case <-wakes:
+			// A guaranteed share woke (contract §16): its GPUs are divided again now, in this
+			// goroutine, where the passes divide.
+			e.deps.Arbiter.Redivide()
 		}
 	}
 }

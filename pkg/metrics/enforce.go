@@ -23,6 +23,9 @@ type EnforcementMetrics struct {
 	ReadErrors *metrics.Counter
 	// ThrottledContainers is the number of containers (per GPU) the compute rule is throttling.
 	ThrottledContainers *metrics.Gauge
+	// ArbiterWakes counts the containers' wakes (contract §16) by result: taken, dropped
+	// (within 10 ms of the container's last), unknown (no target).
+	ArbiterWakes *metrics.CounterVec
 }
 
 // NewEnforcementMetrics creates the enforcer's metrics and registers them on reg.
@@ -61,8 +64,13 @@ func NewEnforcementMetrics(reg metrics.KubeRegistry) *EnforcementMetrics {
 			Help:           "Containers, counted once per GPU, whose cgroups the enforcer is freezing in a duty cycle because their SM utilisation stayed over their core limit (--core-enforcement=throttle), after its latest pass.",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		ArbiterWakes: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: Namespace, Name: "arbiter_wakes_total",
+			Help:           "Wakes of the compute arbiter: a container's library said it has work after an idle spell (core.wake), by result: taken (its GPUs divided again at once), dropped (within 10 ms of its last), unknown (no container the last pass divided for).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.Actions, m.ReactionSeconds, m.PassSeconds, m.ForeignProcesses, m.ReadErrors, m.ThrottledContainers)
+	reg.MustRegister(m.Actions, m.ReactionSeconds, m.PassSeconds, m.ForeignProcesses, m.ReadErrors, m.ThrottledContainers, m.ArbiterWakes)
 	return m
 }
 
@@ -85,3 +93,6 @@ func (m *EnforcementMetrics) ReadError() { m.ReadErrors.Inc() }
 
 // Throttled sets the containers being throttled.
 func (m *EnforcementMetrics) Throttled(n int) { m.ThrottledContainers.Set(float64(n)) }
+
+// Wake counts one wake of the arbiter by result.
+func (m *EnforcementMetrics) Wake(result string) { m.ArbiterWakes.WithLabelValues(result).Inc() }

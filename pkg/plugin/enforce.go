@@ -39,6 +39,9 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 	}
 	layout := cfg.Layout()
 	freeze, registered := enforce.NodeHooks(p.logger, cfg.Enforcement, cgroups, layout.LibraryInstalled(), t.registry.Registered)
+	arb := arbiter.New(func(target, path string, err error) {
+		p.logger.Error(err, "Cannot publish a container's core allowance; it keeps the one it has", "target", target, "path", path)
+	})
 	e := enforce.New(cfg.Enforcement.Config(), enforce.Deps{
 		Ready: func() bool {
 			return p.term.Load() == t && (cache == nil || cache.Synced())
@@ -58,12 +61,15 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 		Event: events.Warn,
 		// Claims carry classes and ceilings (contract §16); the device plugin's shares do not,
 		// so only this plugin divides GPUs.
-		Arbiter: arbiter.New(func(target, path string, err error) {
-			p.logger.Error(err, "Cannot publish a container's core allowance; it keeps the one it has", "target", target, "path", path)
-		}),
+		Arbiter: arb,
 		Metrics: em,
 	})
 	c := e.Config()
+	// A wake counts for one compute pass (contract §16, "Waking").
+	arb.SetWakeHold(c.CorePeriod, em.Wake)
+	if err := arb.StartWaking(ctx); err != nil {
+		p.logger.Error(err, "Cannot watch the containers' wakes (inotify); guaranteed shares get their request back at the next compute pass instead")
+	}
 	p.logger.Info("Node-side enforcement of memory and core limits", "period", c.Period, "grace", c.Grace, "slackPerProcess", c.SlackPerProcess, "foreignGPUProcess", c.Foreign,
 		"coreEnforcement", c.Cores, "coreMargin", c.CoreMargin, "coreWindow", c.CoreWindow, "corePeriod", c.CorePeriod, "throttle", freeze != nil, "cgroups", cgroups.String())
 	go e.Run(klog.NewContext(ctx, p.logger.WithName("enforce")))
@@ -89,6 +95,9 @@ func enforceTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.L
 			}
 			t := enforce.Target{Key: in.ContainerID, Namespace: in.PodNamespace, Pod: in.PodName, PodUID: in.PodUID,
 				Container: in.ContainerName, Claim: c.Name, Cgroups: []string{cg}, ConfigDir: in.ConfigDir}
+			if dirs, err := layout.ContainerDirs(in.ClaimUID, in.PodUID, in.ContainerName); err == nil {
+				t.WakeDir = dirs.VGPULock
+			}
 			addLimits(&t, c.Devices, in.Results, in.AdminResults)
 			out = append(out, t)
 		}
@@ -101,7 +110,8 @@ func enforceTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.L
 		if err != nil {
 			return
 		}
-		t := enforce.Target{Key: "claim/" + uid, Namespace: c.Namespace, Claim: c.Name, Pods: append([]string(nil), c.ReservedFor...), ConfigDir: dirs.Config}
+		t := enforce.Target{Key: "claim/" + uid, Namespace: c.Namespace, Claim: c.Name, Pods: append([]string(nil), c.ReservedFor...),
+			ConfigDir: dirs.Config, WakeDir: dirs.VGPULock}
 		all := make([]int, len(c.Devices))
 		for i := range all {
 			all[i] = i

@@ -125,13 +125,14 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 	return prepared, resultDevices(prepared.Devices), nil
 }
 
-// createAndRecord makes the claim's files and then records it, completed, in the checkpoint:
-// one durable write per claim (group-committed with concurrent ones). Nothing is recorded before
-// the files exist; a crash before the record leaves files under names start-up recognises and
-// removes, because the checkpoint does not know them (the claim directory, the CDI spec;
-// contract §7). The capacity check admits the claim first, so that concurrent Prepares see each
-// other (admission.go). A failure removes what was made, so the kubelet's retry starts from
-// scratch and nothing waits for the next restart.
+// createAndRecord makes the claim's files and records it, completed, in the checkpoint, the
+// two at once: the durable write (group-committed with concurrent ones) runs while the claim
+// directory and the CDI spec are made, and the kubelet is answered when both are done. A crash
+// in between is safe either way (contract §7): a record whose files are not all there yet has
+// them restored by start-up recovery, as after a reboot; files without a record are under names
+// start-up recognises and removes. The capacity check admits the claim first, so that
+// concurrent Prepares see each other (admission.go). A failure of either removes what the other
+// made, so the kubelet's retry starts from scratch and nothing waits for the next restart.
 func (d *Driver) createAndRecord(ctx context.Context, claim *resourceapi.ResourceClaim, prepared checkpoint.Claim) error {
 	uid := string(claim.UID)
 	release, err := d.admit(uid, prepared.Devices)
@@ -140,14 +141,17 @@ func (d *Driver) createAndRecord(ctx context.Context, claim *resourceapi.Resourc
 	}
 	defer release()
 	d.at(StepPrepareAdmitted)
-	if err := d.withFiles(func() error {
-		// Unprepared a moment ago and prepared again: its old directory goes first, so that no
-		// container directory of the earlier pods is carried over (removal.go).
-		if d.removals.take(uid) {
-			if err := d.deps.Dirs.RemoveClaim(uid); err != nil {
-				return fmt.Errorf("remove the directory of the claim's earlier preparation: %w", err)
-			}
+	// Unprepared a moment ago and prepared again: its old directory goes before the record is
+	// written, so that no container directory of the earlier pods is carried over, not even by a
+	// start-up that restores a recorded claim's files (removal.go).
+	if d.removals.take(uid) {
+		if err := d.withFiles(func() error { return d.deps.Dirs.RemoveClaim(uid) }); err != nil {
+			return fmt.Errorf("prepare claim %s: remove the directory of the claim's earlier preparation: %w", klog.KObj(claim), err)
 		}
+	}
+	recorded := make(chan error, 1)
+	go func() { recorded <- d.deps.Checkpoint.Put(uid, prepared) }()
+	fileErr := d.withFiles(func() error {
 		if err := d.ensureDirs(uid, prepared); err != nil {
 			return err
 		}
@@ -157,16 +161,36 @@ func (d *Driver) createAndRecord(ctx context.Context, claim *resourceapi.Resourc
 		}
 		d.at(StepPrepareCDISpec)
 		return nil
-	}); err != nil {
+	})
+	putErr := <-recorded
+	switch {
+	case fileErr != nil:
+		if putErr == nil {
+			d.unrecord(ctx, claim)
+		}
 		d.rollBackFiles(ctx, claim)
-		return fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
-	}
-	if err := d.deps.Checkpoint.Put(uid, prepared); err != nil {
+		return fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), fileErr)
+	case putErr != nil:
 		d.rollBackFiles(ctx, claim)
-		return &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s: %w", klog.KObj(claim), err)}
+		return &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s: %w", klog.KObj(claim), putErr)}
 	}
 	d.at(StepPrepareRecorded)
 	return nil
+}
+
+// unrecord removes the record of a claim whose files could not be made, durably: the kubelet is
+// told Prepare failed. Where that write fails too, the record is removed from memory at once
+// and from the disk with the next write; a crash before that leaves a record whose files
+// start-up restores, and the kubelet's retry then finds the claim prepared.
+func (d *Driver) unrecord(ctx context.Context, claim *resourceapi.ResourceClaim) {
+	uid := string(claim.UID)
+	if err := d.deps.Checkpoint.Update(func(data *checkpoint.Data) error {
+		delete(data.Claims, uid)
+		return nil
+	}); err != nil {
+		klog.FromContext(ctx).Error(err, "Removing the record of a failed preparation failed; it goes with the next write", "claim", klog.KObj(claim))
+		d.deps.Checkpoint.RemoveDeferred(uid)
+	}
 }
 
 // rollBackFiles removes the files of a claim whose Prepare failed before its record was

@@ -10,11 +10,12 @@ const (
 	// StepPrepareAdmitted: the claim passed the capacity check; nothing of it is on disk.
 	StepPrepareAdmitted Step = "prepare-admitted"
 	// StepPrepareClaimDir: the claim directory (its tmpfs, its per-claim directories) exists;
-	// no CDI spec, no checkpoint record.
+	// no CDI spec; the checkpoint record is being written at the same time, and may be durable.
 	StepPrepareClaimDir Step = "prepare-claim-dir"
-	// StepPrepareCDISpec: the CDI spec exists too; no checkpoint record.
+	// StepPrepareCDISpec: the CDI spec exists too; the record may be durable.
 	StepPrepareCDISpec Step = "prepare-cdi-spec"
-	// StepPrepareRecorded: the checkpoint record is durable; the kubelet has no answer yet.
+	// StepPrepareRecorded: the files exist and the checkpoint record is durable; the kubelet has
+	// no answer yet.
 	StepPrepareRecorded Step = "prepare-recorded"
 	// StepUnprepareCDISpec: the CDI spec is removed; the record and the directory remain.
 	StepUnprepareCDISpec Step = "unprepare-cdi-spec"

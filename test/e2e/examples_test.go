@@ -5,8 +5,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -52,6 +54,38 @@ var exampleChecks = map[string]func(t *testing.T, ns string, gpus []string){
 	"prioritized-list.yaml": func(t *testing.T, ns string, _ []string) {
 		expectLog(t, ns, "train", "app", `(?m)^CUDA_CORE_LIMIT_0=50$`)
 		expectLog(t, ns, "train", "app", `(?m)^CUDA_MEM_LIMIT_0=40960m$`)
+	},
+	// Two shares of the compute classes (contract §16, §17): each container prints the allowance
+	// the node's arbiter gives it (its request: nothing runs on the GPU), the claims' device
+	// status says each share's class and ceiling, and the plugin's arbiter takes serve's wakes.
+	"compute-classes.yaml": func(t *testing.T, ns string, _ []string) {
+		expectLog(t, ns, "serve", "app", `(?m)^gpu GPU-\S+ 30$`)
+		expectLog(t, ns, "batch", "app", `(?m)^gpu GPU-\S+ 20$`)
+		for pod, want := range map[string]map[string]any{
+			"serve": {"class": "Guaranteed", "coresCeiling": 60.0, "cores": 30.0},
+			"batch": {"class": "BestEffort", "coresCeiling": nil, "cores": 20.0},
+		} {
+			data := podClaimStatusData(t, ns, pod)
+			for k, v := range want {
+				if data[k] != v {
+					t.Errorf("%s's claim: device status %s = %v, want %v (%v)", pod, k, data[k], v, data)
+				}
+			}
+		}
+		metricsTarget := net.JoinHostPort(pluginPodIP(t), "8080")
+		taken := func() float64 {
+			m, err := scrapeMetrics(metricsTarget)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, _ := seriesValue(m, "vgpu_dra_arbiter_wakes_total", map[string]string{"result": "taken"})
+			return v
+		}
+		before := taken()
+		eventually(t, defaultTimeout, "the arbiter to take serve's wakes", func() (bool, error) {
+			v := taken()
+			return v > before, fmt.Errorf("arbiter_wakes_total{result=taken} %v, %v before", v, before)
+		})
 	},
 	// Two pods, each with its own claim of 10Gi and 30 %.
 	"shared-gpu.yaml": func(t *testing.T, ns string, _ []string) {
@@ -193,6 +227,31 @@ func podLog(t *testing.T, ns, pod, ctr string) string {
 
 // expectLog waits until the container's log has a match of pattern (the example's command
 // prints what it got before it sleeps).
+// podClaimStatusData is the data of this driver's entry in the device status of the pod's
+// (first) claim, once the plugin wrote it.
+func podClaimStatusData(t *testing.T, ns, pod string) map[string]any {
+	t.Helper()
+	var data map[string]any
+	eventually(t, defaultTimeout, pod+"'s claim's device status", func() (bool, error) {
+		p, err := kube.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+		if err != nil || len(p.Status.ResourceClaimStatuses) == 0 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+			return false, fmt.Errorf("pod's claim statuses: %v", err)
+		}
+		c, err := kube.ResourceV1().ResourceClaims(ns).Get(context.Background(), *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, d := range c.Status.Devices {
+			if d.Driver == driverName && d.Data != nil {
+				data = map[string]any{}
+				return json.Unmarshal(d.Data.Raw, &data) == nil, fmt.Errorf("data %s", d.Data.Raw)
+			}
+		}
+		return false, fmt.Errorf("status.devices %+v", c.Status.Devices)
+	})
+	return data
+}
+
 func expectLog(t *testing.T, ns, pod, ctr, pattern string) {
 	t.Helper()
 	re := regexp.MustCompile(pattern)

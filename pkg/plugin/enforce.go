@@ -149,8 +149,8 @@ func addLimits(t *enforce.Target, devs []checkpoint.Device, results, admin []int
 			noCores[d.GPUUUID] = true
 		default:
 			t.CoreLimits[d.GPUUUID] += uint32(min(d.Cores, 100))
-			t.CoreCeilings[d.GPUUUID] += uint32(min(coreCeiling(d), 100))
-			if d.Class == string(arbiter.BestEffort) {
+			t.CoreCeilings[d.GPUUUID] += uint32(min(d.Ceiling(), 100))
+			if d.BestEffort() {
 				t.BestEffort[d.GPUUUID] = true
 			} else {
 				guaranteed[d.GPUUUID] = true
@@ -187,17 +187,4 @@ func servedGPUs(devs []gpu.Device) []string {
 		out[i] = d.UUID
 	}
 	return out
-}
-
-// coreCeiling is what a share may burst to (contract §16): its VGPUConfig's coresCeiling; without
-// one, its cores for a guaranteed share (no burst) and the whole GPU for a best-effort one, which
-// exists to use what the others leave idle.
-func coreCeiling(d checkpoint.Device) int64 {
-	switch {
-	case d.CoresCeiling > 0:
-		return max(d.CoresCeiling, d.Cores)
-	case d.Class == string(arbiter.BestEffort):
-		return 100
-	}
-	return d.Cores
 }

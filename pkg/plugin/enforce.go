@@ -38,6 +38,11 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 		cache = p.nri.plugin.Cache()
 	}
 	layout := cfg.Layout()
+	// Claims carry classes and ceilings (contract §16); the device plugin's shares do not,
+	// so only this plugin divides GPUs.
+	arb := arbiter.New(func(target, path string, err error) {
+		p.logger.Error(err, "Cannot publish a container's core allowance; it keeps the one it has", "target", target, "path", path)
+	})
 	freeze, registered := enforce.NodeHooks(p.logger, cfg.Enforcement, cgroups, layout.LibraryInstalled(), t.registry.Registered)
 	e := enforce.New(cfg.Enforcement.Config(), enforce.Deps{
 		Ready: func() bool {
@@ -54,15 +59,12 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 			pod, _, ok := registry.PodOfCgroup(cg)
 			return pod, ok
 		},
-		Kill:  enforce.Killer{Cgroups: cgroups}.Kill,
-		Event: events.Warn,
-		// Claims carry classes and ceilings (contract §16); the device plugin's shares do not,
-		// so only this plugin divides GPUs.
-		Arbiter: arbiter.New(func(target, path string, err error) {
-			p.logger.Error(err, "Cannot publish a container's core allowance; it keeps the one it has", "target", target, "path", path)
-		}),
+		Kill:    enforce.Killer{Cgroups: cgroups}.Kill,
+		Event:   events.Warn,
+		Arbiter: arb,
 		Metrics: em,
 	})
+	t.arbiter.Store(arb) // the usage metrics show its allowances
 	c := e.Config()
 	p.logger.Info("Node-side enforcement of memory and core limits", "period", c.Period, "grace", c.Grace, "slackPerProcess", c.SlackPerProcess, "foreignGPUProcess", c.Foreign,
 		"coreEnforcement", c.Cores, "coreMargin", c.CoreMargin, "coreWindow", c.CoreWindow, "corePeriod", c.CorePeriod, "throttle", freeze != nil, "cgroups", cgroups.String())
@@ -101,15 +103,25 @@ func enforceTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.L
 		if err != nil {
 			return
 		}
-		t := enforce.Target{Key: "claim/" + uid, Namespace: c.Namespace, Claim: c.Name, Pods: append([]string(nil), c.ReservedFor...), ConfigDir: dirs.Config}
-		all := make([]int, len(c.Devices))
-		for i := range all {
-			all[i] = i
-		}
-		addLimits(&t, c.Devices, all, nil)
+		t := enforce.Target{Key: perClaimKey(uid), Namespace: c.Namespace, Claim: c.Name, Pods: append([]string(nil), c.ReservedFor...), ConfigDir: dirs.Config}
+		addLimits(&t, c.Devices, allResults(c.Devices), nil)
 		out = append(out, t)
 	})
 	return out
+}
+
+// perClaimKey is the enforcer's (and the arbiter's) name of a per-claim-path claim; a container
+// on the NRI path goes by its container ID.
+func perClaimKey(uid string) string { return "claim/" + uid }
+
+// allResults are the indexes of every result of a claim: a per-claim claim's containers use them
+// all.
+func allResults(devs []checkpoint.Device) []int {
+	all := make([]int, len(devs))
+	for i := range all {
+		all[i] = i
+	}
+	return all
 }
 
 // addLimits sets the target's limit on each GPU from the claim's results it uses: their

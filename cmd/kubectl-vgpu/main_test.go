@@ -15,7 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// node1 publishes one H200 that one pod's 10Gi/30% claim shares.
+// node1 publishes one H200 that one pod's 10Gi/30% claim shares; the node's plugin wrote that
+// the share is guaranteed and may burst to 60 %.
 func node1() []runtime.Object {
 	return []runtime.Object{
 		&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: resourceapi.ResourceSliceSpec{
@@ -29,6 +30,8 @@ func node1() []runtime.Object {
 				Request: "gpu", Driver: "vgpu.dra.dev", Pool: "node-1", Device: "gpu-0",
 				ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("10Gi"), "cores": resource.MustParse("30")},
 			}}}},
+			Devices: []resourceapi.AllocatedDeviceStatus{{Driver: "vgpu.dra.dev", Pool: "node-1", Device: "gpu-0",
+				Data: &runtime.RawExtension{Raw: []byte(`{"request":"gpu","cores":30,"class":"Guaranteed","coresCeiling":60}`)}}},
 		}},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "p"}, Spec: corev1.PodSpec{
 			NodeName: "node-1", ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("c")}},
@@ -46,10 +49,10 @@ func TestCommands(t *testing.T) {
 	}{
 		{args: []string{"nodes"}, objects: node1(), wantOut: "NODE     DEVICE   MEMORY   ALLOCATED   FREE    CORES   CORES-ALLOCATED   CORES-FREE   SHARES   HEALTH\n" +
 			"node-1   gpu-0    141Gi    10Gi        131Gi   100%    30%               70%          1        Healthy\n"},
-		{args: []string{"pods", "-n", "team"}, objects: node1(), wantOut: "POD   CLAIM   NODE     DEVICE   MEMORY   CORES\n" +
-			"p     c       node-1   gpu-0    10Gi     30%\n"},
-		{args: []string{"pods", "-A", "-o", "wide"}, objects: node1(), wantOut: "NAMESPACE   POD   CLAIM   NODE     DEVICE   MEMORY   CORES   REQUEST   UUID     CONTAINERS\n" +
-			"team        p     c       node-1   gpu-0    10Gi     30%     gpu       <none>   <none>\n"},
+		{args: []string{"pods", "-n", "team"}, objects: node1(), wantOut: "POD   CLAIM   NODE     DEVICE   MEMORY   CORES   CLASS        CEILING\n" +
+			"p     c       node-1   gpu-0    10Gi     30%     Guaranteed   60%\n"},
+		{args: []string{"pods", "-A", "-o", "wide"}, objects: node1(), wantOut: "NAMESPACE   POD   CLAIM   NODE     DEVICE   MEMORY   CORES   CLASS        CEILING   REQUEST   UUID     CONTAINERS\n" +
+			"team        p     c       node-1   gpu-0    10Gi     30%     Guaranteed   60%       gpu       <none>   <none>\n"},
 		{args: []string{"pods", "-n", "other"}, objects: node1(), wantEr: "No pods with shares of driver vgpu.dra.dev found in namespace other.\n"},
 		{args: []string{"nodes", "--driver", "gpu.example.com"}, objects: node1(), wantEr: "No devices of driver gpu.example.com found.\n"},
 		{args: []string{"nodes", "-o", "json"}, wantOut: "{\n    \"apiVersion\": \"vgpu.dra.dev/v1alpha1\",\n    \"items\": [],\n    \"kind\": \"GPUList\"\n}\n"},

@@ -70,6 +70,25 @@ type Device struct {
 	CoresCeiling int64  `json:"coresCeiling,omitempty"`
 }
 
+// classBestEffort is Device.Class of a best-effort share (pkg/api/v1alpha1's BestEffort).
+const classBestEffort = "BestEffort"
+
+// BestEffort says the share is best-effort; any other class, empty included, is Guaranteed.
+func (d Device) BestEffort() bool { return d.Class == classBestEffort }
+
+// Ceiling is what the share may burst to, percent (contract §16): its CoresCeiling; without one,
+// its Cores for a guaranteed share (no burst) and the whole GPU for a best-effort one, which
+// exists to use what the others leave idle. Meaningful only for a share with Cores.
+func (d Device) Ceiling() int64 {
+	switch {
+	case d.CoresCeiling > 0:
+		return max(d.CoresCeiling, d.Cores)
+	case d.BestEffort():
+		return 100
+	}
+	return d.Cores
+}
+
 // DeepCopy returns a copy of d that shares no memory with it; nil maps and slices stay nil.
 // It runs once per mutation in a batch (see the package documentation), so it allocates one
 // backing array for all strings and one for all devices rather than a few per claim.

@@ -50,12 +50,16 @@ func PrintGPUs(w io.Writer, gpus []GPU, output string) error {
 		{Name: "Cores", Type: "string"}, {Name: "Cores-Allocated", Type: "string"}, {Name: "Cores-Free", Type: "string"},
 		{Name: "Shares", Type: "integer"}, {Name: "Health", Type: "string"},
 		{Name: "UUID", Type: "string", Priority: 1}, {Name: "Product", Type: "string", Priority: 1},
-		{Name: "Claims", Type: "string", Priority: 1, Description: "namespace/claim of every share"},
+		{Name: "Claims", Type: "string", Priority: 1, Description: "namespace/claim of every share; (class,ceiling) after one that may burst"},
 	}}
 	for _, g := range gpus {
 		claims := make([]string, 0, len(g.Shares))
 		for _, s := range g.Shares {
-			claims = append(claims, s.Namespace+"/"+s.Claim)
+			c := s.Namespace + "/" + s.Claim
+			if s.CoresCeiling > 0 { // the plugin writes one for every best-effort share
+				c += fmt.Sprintf("(%s,%s)", s.Class, percent(s.CoresCeiling))
+			}
+			claims = append(claims, c)
 		}
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
 			g.Node, g.Device, quantity(g.Memory.Published), quantity(g.Memory.Allocated), quantity(g.Memory.Free),
@@ -74,6 +78,8 @@ func PrintPods(w io.Writer, shares []PodShare, output string, withNamespace bool
 	cols := []metav1.TableColumnDefinition{
 		{Name: "Pod", Type: "string"}, {Name: "Claim", Type: "string"}, {Name: "Node", Type: "string"},
 		{Name: "Device", Type: "string"}, {Name: "Memory", Type: "string"}, {Name: "Cores", Type: "string"},
+		{Name: "Class", Type: "string", Description: "compute class, from the claim's device status"},
+		{Name: "Ceiling", Type: "string", Description: "what the share may burst to when the GPU has idle time; - when it does not burst"},
 		{Name: "Request", Type: "string", Priority: 1}, {Name: "UUID", Type: "string", Priority: 1},
 		{Name: "Containers", Type: "string", Priority: 1},
 	}
@@ -83,7 +89,7 @@ func PrintPods(w io.Writer, shares []PodShare, output string, withNamespace bool
 	t := &metav1.Table{ColumnDefinitions: cols}
 	for _, s := range shares {
 		cells := []any{s.Pod, s.Claim, orNone(s.Node), s.Device, quantity(s.Memory), percent(s.Cores),
-			s.Request, orNone(s.UUID), orNone(strings.Join(s.Containers, ","))}
+			orNone(s.Class), ceiling(s.Class, s.CoresCeiling), s.Request, orNone(s.UUID), orNone(strings.Join(s.Containers, ","))}
 		if withNamespace {
 			cells = append([]any{s.Namespace}, cells...)
 		}
@@ -111,6 +117,19 @@ func printJSON(w io.Writer, kind string, items any) error {
 func quantity(v int64) string { return resource.NewQuantity(v, resource.BinarySI).String() }
 
 func percent(v int64) string { return fmt.Sprintf("%d%%", v) }
+
+// ceiling prints a share's burst ceiling: "80%"; "-" for a share that does not burst; "<none>"
+// where no class is known (no device status yet, or no core limit). No spaces: scripts split
+// the table's rows on them.
+func ceiling(class string, coresCeiling int64) string {
+	switch {
+	case coresCeiling > 0:
+		return percent(coresCeiling)
+	case class != "":
+		return "-"
+	}
+	return "<none>"
+}
 
 func orNone(s string) string {
 	if s == "" {

@@ -22,7 +22,7 @@ node-b   gpu-0    141Gi    141Gi       0       100%    100%              0%     
 `},
 		{OutputWide, `
 NODE     DEVICE   MEMORY   ALLOCATED   FREE    CORES   CORES-ALLOCATED   CORES-FREE   SHARES   HEALTH              UUID     PRODUCT                   CLAIMS
-node-a   gpu-0    141Gi    30Gi        111Gi   100%    55%               45%          2        Healthy             GPU-a0   NVIDIA H200 141GB HBM3e   team/share-a,team/share-b-xyz
+node-a   gpu-0    141Gi    30Gi        111Gi   100%    55%               45%          2        Healthy             GPU-a0   NVIDIA H200 141GB HBM3e   team/share-a,team/share-b-xyz(BestEffort,100%)
 node-a   gpu-1    141Gi    0           141Gi   100%    0%                100%         0        Unhealthy: XID-79   GPU-a1   NVIDIA H200 141GB HBM3e   <none>
 node-b   gpu-0    141Gi    141Gi       0       100%    100%              0%           1        Healthy             GPU-b0   NVIDIA H200 141GB HBM3e   batch/whole
 `},
@@ -66,16 +66,16 @@ func TestPrintPods(t *testing.T) {
 		want          string
 	}{
 		{OutputTable, false, `
-POD       CLAIM         NODE     DEVICE   MEMORY   CORES
-trainer   whole         node-b   gpu-0    141Gi    100%
-share-a   share-a       node-a   gpu-0    10Gi     30%
-share-b   share-b-xyz   node-a   gpu-0    20Gi     25%
+POD       CLAIM         NODE     DEVICE   MEMORY   CORES   CLASS        CEILING
+trainer   whole         node-b   gpu-0    141Gi    100%    <none>       <none>
+share-a   share-a       node-a   gpu-0    10Gi     30%     Guaranteed   -
+share-b   share-b-xyz   node-a   gpu-0    20Gi     25%     BestEffort   100%
 `},
 		{OutputWide, true, `
-NAMESPACE   POD       CLAIM         NODE     DEVICE   MEMORY   CORES   REQUEST   UUID     CONTAINERS
-batch       trainer   whole         node-b   gpu-0    141Gi    100%    gpu       GPU-b0   train
-team        share-a   share-a       node-a   gpu-0    10Gi     30%     gpu       GPU-a0   app
-team        share-b   share-b-xyz   node-a   gpu-0    20Gi     25%     gpu       GPU-a0   app,helper
+NAMESPACE   POD       CLAIM         NODE     DEVICE   MEMORY   CORES   CLASS        CEILING   REQUEST   UUID     CONTAINERS
+batch       trainer   whole         node-b   gpu-0    141Gi    100%    <none>       <none>    gpu       GPU-b0   train
+team        share-a   share-a       node-a   gpu-0    10Gi     30%     Guaranteed   -         gpu       GPU-a0   app
+team        share-b   share-b-xyz   node-a   gpu-0    20Gi     25%     BestEffort   100%      gpu       GPU-a0   app,helper
 `},
 	}
 	for _, tc := range tests {
@@ -96,6 +96,22 @@ team        share-b   share-b-xyz   node-a   gpu-0    20Gi     25%     gpu      
 	var list struct{ Items []PodShare }
 	if err := json.Unmarshal(out.Bytes(), &list); err != nil || !reflect.DeepEqual(list.Items, shares) {
 		t.Errorf("-o json decodes to %+v (%v), want %+v", list.Items, err, shares)
+	}
+	// The names a script reads: the device status's own (contract §3).
+	var raw struct{ Items []map[string]any }
+	if err := json.Unmarshal(out.Bytes(), &raw); err != nil || len(raw.Items) != 3 {
+		t.Fatalf("-o json: %v, %d items", err, len(raw.Items))
+	}
+	for i, want := range []map[string]any{{}, {"class": "Guaranteed"}, {"class": "BestEffort", "coresCeiling": float64(100)}} {
+		got := map[string]any{}
+		for _, k := range []string{"class", "coresCeiling"} {
+			if v, ok := raw.Items[i][k]; ok {
+				got[k] = v
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("-o json item %d (%s) has %v, want %v", i, raw.Items[i]["pod"], got, want)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package clusterview is what `kubectl vgpu` shows: every GPU a vGPU driver publishes, what the
 // allocated claims take of it and who holds the shares, built from the API server alone
-// (ResourceSlices, ResourceClaims with their allocations' consumed capacity, pods) — no node
+// (ResourceSlices, ResourceClaims with their allocations' consumed capacity and the device
+// status the node plugins wrote, pods) — no node
 // access, no plugin endpoint. It works for any cluster where the driver runs, with the
 // permissions to list those objects.
 package clusterview
@@ -8,6 +9,7 @@ package clusterview
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -15,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 )
@@ -49,6 +52,11 @@ type Share struct {
 	ShareID   string `json:"shareID,omitempty"`
 	Memory    int64  `json:"memory"`
 	Cores     int64  `json:"cores"`
+	// Class and CoresCeiling are the share's compute class and burst ceiling as the node's
+	// plugin wrote them into the claim's device status (contract §3): empty before it wrote
+	// them, and for a share without a core limit.
+	Class        string `json:"class,omitempty"`
+	CoresCeiling int64  `json:"coresCeiling,omitempty"`
 	// Pods are the pods the claim is reserved for.
 	Pods []string `json:"pods"`
 }
@@ -64,6 +72,9 @@ type PodShare struct {
 	UUID      string `json:"uuid,omitempty"`
 	Memory    int64  `json:"memory"`
 	Cores     int64  `json:"cores"`
+	// Class and CoresCeiling are as in Share.
+	Class        string `json:"class,omitempty"`
+	CoresCeiling int64  `json:"coresCeiling,omitempty"`
 	// Containers are the pod's containers that use the claim.
 	Containers []string `json:"containers"`
 }
@@ -151,7 +162,8 @@ func (r Reader) Pods(ctx context.Context, namespace string) ([]PodShare, error) 
 				g := gpus[deviceKey{res.Pool, res.Device}]
 				s := share(c, res, g)
 				ps := PodShare{Namespace: p.Namespace, Pod: p.Name, Claim: c.Name, Request: res.Request, Device: res.Device,
-					Memory: s.Memory, Cores: s.Cores, Node: p.Spec.NodeName, Containers: containersUsing(p, podClaim)}
+					Memory: s.Memory, Cores: s.Cores, Class: s.Class, CoresCeiling: s.CoresCeiling,
+					Node: p.Spec.NodeName, Containers: containersUsing(p, podClaim)}
 				if g != nil {
 					ps.UUID, ps.Node = g.UUID, cmp.Or(g.Node, ps.Node)
 				}
@@ -236,6 +248,7 @@ func share(c *resourceapi.ResourceClaim, res resourceapi.DeviceRequestAllocation
 	if q, ok := res.ConsumedCapacity[contract.CapacityCores]; ok {
 		s.Cores = q.Value()
 	}
+	s.Class, s.CoresCeiling = computeTerms(c, res)
 	for _, ref := range c.Status.ReservedFor {
 		if ref.Resource == "pods" && ref.APIGroup == "" {
 			s.Pods = append(s.Pods, ref.Name)
@@ -243,6 +256,28 @@ func share(c *resourceapi.ResourceClaim, res resourceapi.DeviceRequestAllocation
 	}
 	slices.Sort(s.Pods)
 	return s
+}
+
+// computeTerms are the class and burst ceiling the node's plugin wrote for the result into the
+// claim's device status (the entry with the result's driver, pool, device and share ID,
+// contract §3 "Claim device status"); none while there is no such entry, when its data does
+// not decode, and for a result without a core limit.
+func computeTerms(c *resourceapi.ResourceClaim, res resourceapi.DeviceRequestAllocationResult) (class string, ceiling int64) {
+	shareID := ""
+	if res.ShareID != nil {
+		shareID = string(*res.ShareID)
+	}
+	for _, st := range c.Status.Devices {
+		if st.Driver != res.Driver || st.Pool != res.Pool || st.Device != res.Device || ptr.Deref(st.ShareID, "") != shareID {
+			continue
+		}
+		var data contract.DeviceStatusData
+		if st.Data == nil || json.Unmarshal(st.Data.Raw, &data) != nil {
+			return "", 0
+		}
+		return data.Class, data.CoresCeiling
+	}
+	return "", 0
 }
 
 // claimNames maps each of the pod's claim references to the ResourceClaim's name: the one it

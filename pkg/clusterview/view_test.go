@@ -62,6 +62,20 @@ func claim(ns, name, drv, pool, device, memory string, cores int64, pods ...stri
 	return c
 }
 
+// withStatus adds the device status the node's plugin writes for the claim's result (contract
+// §3), with the data given as JSON, under the result's share ID, or another one (a stale entry
+// that must not count).
+func withStatus(c *resourceapi.ResourceClaim, data string, sameShare bool) *resourceapi.ResourceClaim {
+	res := c.Status.Allocation.Devices.Results[0]
+	share := string(*res.ShareID)
+	if !sameShare {
+		share = "other-" + share
+	}
+	c.Status.Devices = append(c.Status.Devices, resourceapi.AllocatedDeviceStatus{Driver: res.Driver, Pool: res.Pool, Device: res.Device,
+		ShareID: ptr.To(share), Data: &runtime.RawExtension{Raw: []byte(data)}})
+	return c
+}
+
 // pod uses the claim through its "gpu" reference: by name, or (template) through its status.
 func pod(ns, name, node, claimName string, fromTemplate bool, containers ...string) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{NodeName: node}}
@@ -81,7 +95,9 @@ func pod(ns, name, node, claimName string, fromTemplate bool, containers ...stri
 }
 
 // cluster: node-a has two H200s (gpu-1 unhealthy), node-b one; two pods share node-a's gpu-0,
-// a third takes node-b's whole; a claim of another driver and an unallocated claim are
+// a guaranteed one and a best-effort one that may burst to the whole GPU (their plugin's device
+// status says so; share-a's also has a stale entry of another share), a third takes node-b's
+// whole, with no device status yet; a claim of another driver and an unallocated claim are
 // ignored.
 func cluster() *fake.Clientset {
 	unallocated := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "pending"}}
@@ -89,8 +105,10 @@ func cluster() *fake.Clientset {
 		slice("node-a", driver, gpuDevice("gpu-0", "GPU-a0", ""), gpuDevice("gpu-1", "GPU-a1", "XID-79")),
 		slice("node-b", driver, gpuDevice("gpu-0", "GPU-b0", "")),
 		slice("node-a", "net.example.com", resourceapi.Device{Name: "eth0"}),
-		claim("team", "share-a", driver, "node-a", "gpu-0", "10Gi", 30, "share-a"),
-		claim("team", "share-b-xyz", driver, "node-a", "gpu-0", "20Gi", 25, "share-b"),
+		withStatus(withStatus(claim("team", "share-a", driver, "node-a", "gpu-0", "10Gi", 30, "share-a"),
+			`{"class":"BestEffort","coresCeiling":90}`, false), `{"request":"gpu","cores":30,"class":"Guaranteed"}`, true),
+		withStatus(claim("team", "share-b-xyz", driver, "node-a", "gpu-0", "20Gi", 25, "share-b"),
+			`{"request":"gpu","cores":25,"class":"BestEffort","coresCeiling":100}`, true),
 		claim("batch", "whole", driver, "node-b", "gpu-0", "", 0, "trainer"),
 		claim("team", "nic", "net.example.com", "node-a", "eth0", "", 0, "share-a"),
 		unallocated,
@@ -111,8 +129,9 @@ func TestGPUs(t *testing.T) {
 		{Node: "node-a", Pool: "node-a", Device: "gpu-0", UUID: "GPU-a0", Product: "NVIDIA H200 141GB HBM3e",
 			Memory: Amount{Published: h200, Allocated: 30 * gib, Free: h200 - 30*gib}, Cores: Amount{Published: 100, Allocated: 55, Free: 45},
 			Health: "Healthy", Shares: []Share{
-				{Namespace: "team", Claim: "share-a", Request: "gpu", ShareID: "share-share-a", Memory: 10 * gib, Cores: 30, Pods: []string{"share-a"}},
-				{Namespace: "team", Claim: "share-b-xyz", Request: "gpu", ShareID: "share-share-b-xyz", Memory: 20 * gib, Cores: 25, Pods: []string{"share-b"}},
+				{Namespace: "team", Claim: "share-a", Request: "gpu", ShareID: "share-share-a", Memory: 10 * gib, Cores: 30, Class: "Guaranteed", Pods: []string{"share-a"}},
+				{Namespace: "team", Claim: "share-b-xyz", Request: "gpu", ShareID: "share-share-b-xyz", Memory: 20 * gib, Cores: 25,
+					Class: "BestEffort", CoresCeiling: 100, Pods: []string{"share-b"}},
 			}},
 		{Node: "node-a", Pool: "node-a", Device: "gpu-1", UUID: "GPU-a1", Product: "NVIDIA H200 141GB HBM3e",
 			Memory: Amount{Published: h200, Free: h200}, Cores: Amount{Published: 100, Free: 100}, Health: "Unhealthy: XID-79", Shares: []Share{}},
@@ -127,9 +146,9 @@ func TestGPUs(t *testing.T) {
 
 func TestPods(t *testing.T) {
 	teamA := PodShare{Namespace: "team", Pod: "share-a", Claim: "share-a", Request: "gpu", Node: "node-a", Device: "gpu-0", UUID: "GPU-a0",
-		Memory: 10 * gib, Cores: 30, Containers: []string{"app"}}
+		Memory: 10 * gib, Cores: 30, Class: "Guaranteed", Containers: []string{"app"}}
 	teamB := PodShare{Namespace: "team", Pod: "share-b", Claim: "share-b-xyz", Request: "gpu", Node: "node-a", Device: "gpu-0", UUID: "GPU-a0",
-		Memory: 20 * gib, Cores: 25, Containers: []string{"app", "helper"}}
+		Memory: 20 * gib, Cores: 25, Class: "BestEffort", CoresCeiling: 100, Containers: []string{"app", "helper"}}
 	batch := PodShare{Namespace: "batch", Pod: "trainer", Claim: "whole", Request: "gpu", Node: "node-b", Device: "gpu-0", UUID: "GPU-b0",
 		Memory: h200, Cores: 100, Containers: []string{"train"}}
 	tests := []struct {

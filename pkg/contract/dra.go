@@ -33,6 +33,12 @@ type DeviceStatusData struct {
 	Memory string `json:"memory,omitempty"`
 	// Cores is the granted percentage of SMs, 100 for an unlimited result; absent for admin access.
 	Cores int64 `json:"cores,omitempty"`
+	// Class is the share's compute class ("Guaranteed" or "BestEffort", contract §16-17);
+	// CoresCeiling the percent it may burst to when the GPU has idle time, present only above
+	// Cores (a best-effort share without a configured ceiling: 100). Both are absent for a
+	// result without a core limit: a whole GPU, admin access, VGPUSupport off.
+	Class        string `json:"class,omitempty"`
+	CoresCeiling int64  `json:"coresCeiling,omitempty"`
 	// AdminAccess marks a result of an adminAccess request: no limits.
 	AdminAccess bool `json:"adminAccess,omitempty"`
 	// Path is how the claim's containers get their directories: "nri" or "per-claim"; empty

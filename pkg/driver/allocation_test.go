@@ -76,6 +76,19 @@ func allocatedClaim(results ...resourceapi.DeviceRequestAllocationResult) *resou
 	}
 }
 
+// vgpuConfigHead starts a VGPUConfig's JSON (contract §17); the fields and "}" follow.
+const vgpuConfigHead = `{"apiVersion":"vgpu.dra.dev/v1alpha1","kind":"VGPUConfig",`
+
+// configured gives the claim's allocation one VGPUConfig from the claim, for every request.
+func configured(c *resourceapi.ResourceClaim, params string) *resourceapi.ResourceClaim {
+	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{
+		Source: resourceapi.AllocationConfigSourceClaim,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: contract.DefaultDriverName, Parameters: runtime.RawExtension{Raw: []byte(params)}}},
+	}}
+	return c
+}
+
 // TestDevicesOf maps allocation results to what the checkpoint records, and refuses, with the
 // metric reason and a message naming the device, what this node cannot serve.
 func TestDevicesOf(t *testing.T) {
@@ -246,15 +259,9 @@ func TestOnePerGPU(t *testing.T) {
 // fails Prepare with a message naming the field.
 func TestDevicesOfConfig(t *testing.T) {
 	withConfig := func(params string) *resourceapi.ResourceClaim {
-		c := allocatedClaim(result("gpu", "gpu-0", "4Gi", "30"))
-		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{
-			Source: resourceapi.AllocationConfigSourceClaim,
-			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-				Driver: contract.DefaultDriverName, Parameters: runtime.RawExtension{Raw: []byte(params)}}},
-		}}
-		return c
+		return configured(allocatedClaim(result("gpu", "gpu-0", "4Gi", "30")), params)
 	}
-	head := `{"apiVersion":"vgpu.dra.dev/v1alpha1","kind":"VGPUConfig",`
+	head := vgpuConfigHead
 	d := allocationDriver(true)
 	got, err := d.devicesOf(withConfig(head + `"class":"BestEffort","coresCeiling":100}`))
 	if err != nil || len(got) != 1 || got[0].Class != "BestEffort" || got[0].CoresCeiling != 100 || got[0].Cores != 30 {

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -20,6 +21,7 @@ import (
 	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/vgpu-dra/vgpu-dra/pkg/api/v1alpha1"
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
@@ -219,7 +221,7 @@ func statusDigest(devices []*resourceac.AllocatedDeviceStatusApplyConfiguration)
 }
 
 // preparedStatus is the status of every result of a prepared claim: Ready with the data a user
-// reads (GPU, granted memory and cores, path).
+// reads (GPU, granted memory and cores, a share's class and burst ceiling, path).
 func (d *Driver) preparedStatus(claim *resourceapi.ResourceClaim, prepared checkpoint.Claim) []*resourceac.AllocatedDeviceStatusApplyConfiguration {
 	now := metav1.NewTime(d.now())
 	out := make([]*resourceac.AllocatedDeviceStatusApplyConfiguration, 0, len(prepared.Devices))
@@ -238,6 +240,14 @@ func (d *Driver) preparedStatus(claim *resourceapi.ResourceClaim, prepared check
 				cores = coresTotal
 			}
 			data.Memory, data.Cores = resource.NewQuantity(mem, resource.BinarySI).String(), cores
+		}
+		if !dev.AdminAccess && dev.Cores > 0 {
+			// Only a share with a core limit has compute terms (contract §16): a whole GPU and
+			// admin access are not divided.
+			data.Class = cmp.Or(dev.Class, string(v1alpha1.Guaranteed))
+			if c := dev.Ceiling(); c > dev.Cores {
+				data.CoresCeiling = c
+			}
 		}
 		raw, _ := json.Marshal(data)
 		msg := fmt.Sprintf("prepared on node %s: GPU %s", d.cfg.NodeName, dev.GPUUUID)

@@ -78,8 +78,9 @@ func readyCondition(t *testing.T, d resourceac.AllocatedDeviceStatusApplyConfigu
 }
 
 // TestDeviceStatusAfterPrepare: a prepared claim's results get Ready=True with the GPU, the
-// granted memory and cores and the path; a failed Prepare gets Ready=False with the reason; both
-// are written after Prepare answered, as this node's entries.
+// granted memory and cores, a share's class and burst ceiling, and the path; a failed Prepare
+// gets Ready=False with the reason; both are written after Prepare answered, as this node's
+// entries. The data has exactly the fields listed: a whole GPU and admin access have no class.
 func TestDeviceStatusAfterPrepare(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -90,7 +91,13 @@ func TestDeviceStatusAfterPrepare(t *testing.T) {
 	}{
 		{name: "a share", claim: apiClaim("share", uidClaimA, result("gpu/small", "gpu-1", "10Gi", "30")),
 			wantStatus: metav1.ConditionTrue, wantReason: contract.DeviceReasonPrepared,
-			wantData: map[string]any{"request": "gpu/small", "gpuUUID": uuidGPU1, "productName": "NVIDIA H100 80GB HBM3", "index": float64(1), "memory": "10Gi", "cores": float64(30), "path": "nri"}},
+			wantData: map[string]any{"request": "gpu/small", "gpuUUID": uuidGPU1, "productName": "NVIDIA H100 80GB HBM3", "index": float64(1), "memory": "10Gi", "cores": float64(30), "class": "Guaranteed", "path": "nri"}},
+		{name: "a guaranteed share that may burst", claim: configured(apiClaim("burst", uidClaimA, result("gpu", "gpu-1", "10Gi", "30")), vgpuConfigHead+`"coresCeiling":80}`),
+			wantStatus: metav1.ConditionTrue, wantReason: contract.DeviceReasonPrepared,
+			wantData: map[string]any{"request": "gpu", "gpuUUID": uuidGPU1, "productName": "NVIDIA H100 80GB HBM3", "index": float64(1), "memory": "10Gi", "cores": float64(30), "class": "Guaranteed", "coresCeiling": float64(80), "path": "nri"}},
+		{name: "a best-effort share without a ceiling: up to the whole GPU", claim: configured(apiClaim("be", uidClaimA, result("gpu", "gpu-1", "10Gi", "30")), vgpuConfigHead+`"class":"BestEffort"}`),
+			wantStatus: metav1.ConditionTrue, wantReason: contract.DeviceReasonPrepared,
+			wantData: map[string]any{"request": "gpu", "gpuUUID": uuidGPU1, "productName": "NVIDIA H100 80GB HBM3", "index": float64(1), "memory": "10Gi", "cores": float64(30), "class": "BestEffort", "coresCeiling": float64(100), "path": "nri"}},
 		{name: "a whole GPU: granted all of it", claim: apiClaim("whole", uidClaimA, result("gpu", "gpu-0", "", "")),
 			wantStatus: metav1.ConditionTrue, wantReason: contract.DeviceReasonPrepared,
 			wantData: map[string]any{"request": "gpu", "gpuUUID": uuidGPU0, "productName": "NVIDIA H100 80GB HBM3", "index": float64(0), "memory": "80Gi", "cores": float64(100), "path": "nri"}},
@@ -121,6 +128,11 @@ func TestDeviceStatusAfterPrepare(t *testing.T) {
 			for k, want := range tt.wantData {
 				if got[k] != want && !(want == "" && got[k] == nil) {
 					t.Errorf("data %s = %v, want %v (data %v)", k, got[k], want, got)
+				}
+			}
+			for k, v := range got {
+				if _, ok := tt.wantData[k]; !ok {
+					t.Errorf("data has %s = %v, want no such field (data %v)", k, v, got)
 				}
 			}
 		})

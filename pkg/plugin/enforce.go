@@ -38,10 +38,12 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 		cache = p.nri.plugin.Cache()
 	}
 	layout := cfg.Layout()
-	freeze, registered := enforce.NodeHooks(p.logger, cfg.Enforcement, cgroups, layout.LibraryInstalled(), t.registry.Registered)
+	// Claims carry classes and ceilings (contract §16); the device plugin's shares do not,
+	// so only this plugin divides GPUs.
 	arb := arbiter.New(func(target, path string, err error) {
 		p.logger.Error(err, "Cannot publish a container's core allowance; it keeps the one it has", "target", target, "path", path)
 	})
+	freeze, registered := enforce.NodeHooks(p.logger, cfg.Enforcement, cgroups, layout.LibraryInstalled(), t.registry.Registered)
 	e := enforce.New(cfg.Enforcement.Config(), enforce.Deps{
 		Ready: func() bool {
 			return p.term.Load() == t && (cache == nil || cache.Synced())
@@ -57,13 +59,12 @@ func (p *Plugin) startEnforcer(ctx context.Context, t *ownerTerm, em *metrics.En
 			pod, _, ok := registry.PodOfCgroup(cg)
 			return pod, ok
 		},
-		Kill:  enforce.Killer{Cgroups: cgroups}.Kill,
-		Event: events.Warn,
-		// Claims carry classes and ceilings (contract §16); the device plugin's shares do not,
-		// so only this plugin divides GPUs.
+		Kill:    enforce.Killer{Cgroups: cgroups}.Kill,
+		Event:   events.Warn,
 		Arbiter: arb,
 		Metrics: em,
 	})
+	t.arbiter.Store(arb) // the usage metrics show its allowances
 	c := e.Config()
 	// A wake counts for one compute pass (contract §16, "Waking").
 	arb.SetWakeHold(c.CorePeriod, em.Wake)
@@ -110,16 +111,26 @@ func enforceTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.L
 		if err != nil {
 			return
 		}
-		t := enforce.Target{Key: "claim/" + uid, Namespace: c.Namespace, Claim: c.Name, Pods: append([]string(nil), c.ReservedFor...),
+		t := enforce.Target{Key: perClaimKey(uid), Namespace: c.Namespace, Claim: c.Name, Pods: append([]string(nil), c.ReservedFor...),
 			ConfigDir: dirs.Config, WakeDir: dirs.VGPULock}
-		all := make([]int, len(c.Devices))
-		for i := range all {
-			all[i] = i
-		}
-		addLimits(&t, c.Devices, all, nil)
+		addLimits(&t, c.Devices, allResults(c.Devices), nil)
 		out = append(out, t)
 	})
 	return out
+}
+
+// perClaimKey is the enforcer's (and the arbiter's) name of a per-claim-path claim; a container
+// on the NRI path goes by its container ID.
+func perClaimKey(uid string) string { return "claim/" + uid }
+
+// allResults are the indexes of every result of a claim: a per-claim claim's containers use them
+// all.
+func allResults(devs []checkpoint.Device) []int {
+	all := make([]int, len(devs))
+	for i := range all {
+		all[i] = i
+	}
+	return all
 }
 
 // addLimits sets the target's limit on each GPU from the claim's results it uses: their
@@ -159,8 +170,8 @@ func addLimits(t *enforce.Target, devs []checkpoint.Device, results, admin []int
 			noCores[d.GPUUUID] = true
 		default:
 			t.CoreLimits[d.GPUUUID] += uint32(min(d.Cores, 100))
-			t.CoreCeilings[d.GPUUUID] += uint32(min(coreCeiling(d), 100))
-			if d.Class == string(arbiter.BestEffort) {
+			t.CoreCeilings[d.GPUUUID] += uint32(min(d.Ceiling(), 100))
+			if d.BestEffort() {
 				t.BestEffort[d.GPUUUID] = true
 			} else {
 				guaranteed[d.GPUUUID] = true
@@ -197,17 +208,4 @@ func servedGPUs(devs []gpu.Device) []string {
 		out[i] = d.UUID
 	}
 	return out
-}
-
-// coreCeiling is what a share may burst to (contract §16): its VGPUConfig's coresCeiling; without
-// one, its cores for a guaranteed share (no burst) and the whole GPU for a best-effort one, which
-// exists to use what the others leave idle.
-func coreCeiling(d checkpoint.Device) int64 {
-	switch {
-	case d.CoresCeiling > 0:
-		return max(d.CoresCeiling, d.Cores)
-	case d.Class == string(arbiter.BestEffort):
-		return 100
-	}
-	return d.Cores
 }

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/vgpu-dra/vgpu-dra/pkg/arbiter"
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
 	"github.com/vgpu-dra/vgpu-dra/pkg/handover"
@@ -29,7 +31,10 @@ type ownerTerm struct {
 	// view of claim users and the enforcer; nil when it was not found.
 	cgroups   *registry.CgroupHierarchy
 	publisher *slicePublisher
-	handover  *handover.Server
+	// arbiter is the enforcer's compute arbiter once it runs (nil without enforcement): the
+	// usage metrics read its allowances from another goroutine.
+	arbiter  atomic.Pointer[arbiter.Arbiter]
+	handover *handover.Server
 	// ctx ends at release or stop: ResourceSlice publishing, GPU health events, the debug and
 	// simulated-GPU sockets, the reconciliation.
 	ctx    context.Context

@@ -5,10 +5,12 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/vgpu-dra/vgpu-dra/pkg/arbiter"
 	"github.com/vgpu-dra/vgpu-dra/pkg/checkpoint"
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 	"github.com/vgpu-dra/vgpu-dra/pkg/nri"
@@ -28,6 +30,7 @@ func (p *Plugin) startUsage(ctx context.Context, layout claimdir.Layout) *usage.
 		Targets:   p.ownerUsageTargets(layout),
 		GPUs:      p.ownerUsageGPUs(),
 		NVML:      p.gpus,
+		Allowance: p.ownerAllowance,
 		ReadError: um.ReadError,
 		Observe:   um.Observe,
 		Published: func(s *usage.Snapshot) { collector.Prepare(s) },
@@ -52,6 +55,20 @@ func (p *Plugin) ownerUsageTargets(layout claimdir.Layout) func() []usage.Target
 		}
 		return usageTargets(p.NRICache(), t.store, layout)()
 	}
+}
+
+// ownerAllowance is the owner's compute arbiter's current allowance of a target on a GPU
+// (contract §16); none while this instance observes, or before its enforcer runs.
+func (p *Plugin) ownerAllowance(key, gpu string) (float64, bool) {
+	t := p.term.Load()
+	if t == nil {
+		return 0, false
+	}
+	a := t.arbiter.Load()
+	if a == nil {
+		return 0, false
+	}
+	return a.Allowance(key, gpu)
 }
 
 // ownerUsageGPUs is usageGPUs of the owner's driver; none while this instance observes.
@@ -83,7 +100,8 @@ func usageTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.Lay
 					continue // names the cache validated at creation; cannot happen
 				}
 				out = append(out, usage.Target{Namespace: in.PodNamespace, Pod: in.PodName, Container: in.ContainerName,
-					Claim: c.Name, ConfigDir: dirs.Config, VMemNodeDir: dirs.VMemNode})
+					Claim: c.Name, ConfigDir: dirs.Config, VMemNodeDir: dirs.VMemNode,
+					Key: in.ContainerID, Compute: computeTerms(c.Devices, in.Results, in.AdminResults)})
 			}
 		}
 		for uid, c := range claims {
@@ -94,10 +112,30 @@ func usageTargets(cache *nri.Cache, store *checkpoint.Store, layout claimdir.Lay
 			if err != nil {
 				continue
 			}
-			out = append(out, usage.Target{Namespace: c.Namespace, Claim: c.Name, ConfigDir: dirs.Config, VMemNodeDir: dirs.VMemNode})
+			out = append(out, usage.Target{Namespace: c.Namespace, Claim: c.Name, ConfigDir: dirs.Config, VMemNodeDir: dirs.VMemNode,
+				Key: perClaimKey(uid), Compute: computeTerms(c.Devices, allResults(c.Devices), nil)})
 		}
 		return out
 	}
+}
+
+// computeTerms are a target's class and ceiling on each GPU where it has a core limit, as the
+// enforcer gives them to the arbiter (addLimits), so the metrics show the terms it divides by.
+func computeTerms(devs []checkpoint.Device, results, admin []int) map[string]usage.ComputeTerms {
+	var t enforce.Target
+	addLimits(&t, devs, results, admin)
+	if len(t.CoreLimits) == 0 {
+		return nil
+	}
+	out := make(map[string]usage.ComputeTerms, len(t.CoreLimits))
+	for uuid, limit := range t.CoreLimits {
+		class := arbiter.Guaranteed
+		if t.BestEffort[uuid] {
+			class = arbiter.BestEffort
+		}
+		out[uuid] = usage.ComputeTerms{Class: string(class), Ceiling: float64(max(t.CoreCeilings[uuid], limit))}
+	}
+	return out
 }
 
 // liveInstances are the newest instance of every (pod, container name) of the NRI cache that has

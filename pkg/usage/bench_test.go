@@ -18,13 +18,16 @@ import (
 )
 
 // newBenchNode is a node of 8 simulated H200s with n containers on the NRI path, spread over
-// the GPUs, each with its real vgpu.config, pids.config (two processes) and a ledger with one
-// live process, sampled once.
+// the GPUs, each with its real vgpu.config, pids.config (two processes), a ledger with one
+// live process and an allowance of the arbiter, sampled once.
 func newBenchNode(b *testing.B, n int) *node {
 	nd := newNode(b, 8, usage.Config{}, nil)
 	for i := range n {
 		g := nd.uuids[i%len(nd.uuids)]
-		nd.target(usage.Target{Namespace: "bench", Pod: fmt.Sprintf("pod-%03d", i), Container: "app", Claim: fmt.Sprintf("claim-%03d", i)},
+		key := fmt.Sprintf("ctr-%03d", i)
+		nd.allowances[[2]string{key, g}] = 10
+		nd.target(usage.Target{Namespace: "bench", Pod: fmt.Sprintf("pod-%03d", i), Container: "app", Claim: fmt.Sprintf("claim-%03d", i),
+			Key: key, Compute: map[string]usage.ComputeTerms{g: {Class: "Guaranteed", Ceiling: 10}}},
 			config(podA, "app", "gpu 0 "+g+" 1073741824 10"), []int{1000 + 2*i, 1001 + 2*i},
 			&usagetest.Ledger{Refused: uint64(i % 3), Slots: []usagetest.Slot{usagetest.Live(map[int]uint64{0: 512 << 20})}})
 	}

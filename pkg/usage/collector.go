@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"slices"
 	"sync/atomic"
 
 	"k8s.io/component-base/metrics"
@@ -11,6 +12,7 @@ import (
 // Label names of the per-container and per-GPU series (contract §8).
 var (
 	containerLabels = []string{"namespace", "pod", "container", "claim", "gpu_uuid"}
+	classLabels     = append(slices.Clip(containerLabels), "class")
 	refusalLabels   = []string{"namespace", "pod", "container", "claim"}
 	gpuLabels       = []string{"gpu_uuid", "device"}
 )
@@ -31,6 +33,7 @@ type Collector struct {
 	built atomic.Pointer[builtMetrics]
 
 	memUsed, memLimit, memNVML, coresLimit, coresUsed *metrics.Desc
+	coresCeiling, coresAllowance, coresClass          *metrics.Desc
 	refusals                                          *metrics.Desc
 	gpuMemPublished, gpuMemAllocated                  *metrics.Desc
 	gpuCoresPublished, gpuCoresAllocated              *metrics.Desc
@@ -53,6 +56,12 @@ func NewCollector(snapshot func() *Snapshot) *Collector {
 			"GPU memory NVML reports for the container's registered processes on the GPU: the cross-check of container_memory_used_bytes (absent where NVML cannot tell).", containerLabels),
 		coresLimit: desc("container_cores_limit_percent",
 			"Share of the GPU's SMs the container may use, in percent (100 without a limit).", containerLabels),
+		coresCeiling: desc("container_cores_ceiling_percent",
+			"Share of the GPU's SMs the container may burst to when the GPU has idle time, in percent: its class's and claim configuration's ceiling (container_cores_limit_percent without a burst).", containerLabels),
+		coresAllowance: desc("container_cores_allowance_percent",
+			"Share of the GPU's SMs the compute arbiter allows the container now, in percent, between its limit and its ceiling (absent where the arbiter does not divide the GPU).", containerLabels),
+		coresClass: desc("container_cores_class_info",
+			"The container's compute class on the GPU (Guaranteed or BestEffort), always 1; absent without a core limit.", classLabels),
 		coresUsed: desc("container_cores_used_percent",
 			"SM utilisation of the container's registered processes on the GPU, in percent: the sum of NVML's newest per-process samples since the previous sample.", containerLabels),
 		refusals: desc("container_memory_refusals_total",
@@ -73,7 +82,8 @@ func NewCollector(snapshot func() *Snapshot) *Collector {
 
 // DescribeWithStability implements metrics.StableCollector.
 func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
-	for _, d := range []*metrics.Desc{c.memUsed, c.memLimit, c.memNVML, c.coresLimit, c.coresUsed, c.refusals,
+	for _, d := range []*metrics.Desc{c.memUsed, c.memLimit, c.memNVML, c.coresLimit, c.coresUsed,
+		c.coresCeiling, c.coresAllowance, c.coresClass, c.refusals,
 		c.gpuMemPublished, c.gpuMemAllocated, c.gpuCoresPublished, c.gpuCoresAllocated, c.gpuShares,
 		c.gpuContainers, c.gpuHealthy, c.omitted} {
 		ch <- d
@@ -108,7 +118,7 @@ func (c *Collector) Prepare(snap *Snapshot) {
 }
 
 func (c *Collector) build(snap *Snapshot) *builtMetrics {
-	out := make([]metrics.Metric, 0, 5*len(snap.Containers)+len(snap.Refusals)+7*len(snap.GPUs)+1)
+	out := make([]metrics.Metric, 0, 8*len(snap.Containers)+len(snap.Refusals)+7*len(snap.GPUs)+1)
 	gauge := func(d *metrics.Desc, v float64, labels ...string) {
 		out = append(out, metrics.NewLazyConstMetric(d, metrics.GaugeValue, v, labels...))
 	}
@@ -116,6 +126,13 @@ func (c *Collector) build(snap *Snapshot) *builtMetrics {
 		l := []string{r.Namespace, r.Pod, r.Container, r.Claim, r.GPU}
 		gauge(c.memLimit, r.MemoryLimit, l...)
 		gauge(c.coresLimit, r.CoresLimit, l...)
+		gauge(c.coresCeiling, r.CoresCeiling, l...)
+		if r.HasCoresAllowance {
+			gauge(c.coresAllowance, r.CoresAllowance, l...)
+		}
+		if r.Class != "" {
+			gauge(c.coresClass, 1, append(l, r.Class)...)
+		}
 		if r.HasMemoryUsed {
 			gauge(c.memUsed, r.MemoryUsed, l...)
 		}

@@ -55,6 +55,10 @@ type Deps struct {
 	// GPUs lists the node's GPUs with what is published and allocated.
 	GPUs func() []GPU
 	NVML NVML
+	// Allowance is the compute arbiter's current allowance of a target (Target.Key) on a GPU,
+	// percent; false when it has none (no arbiter, or none divided the GPU for it yet). May be
+	// nil: no allowances.
+	Allowance func(key, gpu string) (float64, bool)
 	// ReadError counts a failed read by source; may be nil.
 	ReadError func(source string)
 	// Observe records how long one sample took; may be nil.
@@ -299,6 +303,13 @@ func (s *Sampler) row(f targetFiles, pos int, g contract.ContainerGPU, state *GP
 	}
 	if g.Cores == 0 || g.Cores > 100 {
 		r.CoresLimit = 100
+	}
+	r.CoresCeiling = r.CoresLimit
+	if terms, ok := f.Compute[g.UUID]; ok {
+		r.Class, r.CoresCeiling = terms.Class, max(terms.Ceiling, r.CoresLimit)
+	}
+	if s.deps.Allowance != nil && f.Key != "" {
+		r.CoresAllowance, r.HasCoresAllowance = s.deps.Allowance(f.Key, g.UUID)
 	}
 	limited := slices.ContainsFunc(f.cfg.GPUs, func(c contract.ContainerGPU) bool { return c.MemoryBytes > 0 || (c.Cores > 0 && c.Cores < 100) })
 	switch {

@@ -34,6 +34,8 @@ type node struct {
 	errors  map[string]int
 	sampler *usage.Sampler
 	reg     metrics.KubeRegistry
+	// allowances is what the arbiter has divided: (target key, GPU) → percent.
+	allowances map[[2]string]float64
 }
 
 // newNode: nvml nil asks the simulated GPUs, as the plugin does.
@@ -49,7 +51,7 @@ func newNode(t testing.TB, gpus int, cfg usage.Config, nvml usage.NVML) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, sim: sim, errors: map[string]int{}}
+	n := &node{t: t, sim: sim, errors: map[string]int{}, allowances: map[[2]string]float64{}}
 	for _, d := range devs {
 		n.uuids = append(n.uuids, d.UUID)
 	}
@@ -67,7 +69,11 @@ func newNode(t testing.TB, gpus int, cfg usage.Config, nvml usage.NVML) *node {
 			}
 			return out
 		},
-		NVML:      nvml,
+		NVML: nvml,
+		Allowance: func(key, gpu string) (float64, bool) {
+			a, ok := n.allowances[[2]string{key, gpu}]
+			return a, ok
+		},
 		ReadError: func(source string) { n.errors[source]++ },
 		Published: func(s *usage.Snapshot) { collector.Prepare(s) },
 	})
@@ -233,6 +239,74 @@ vgpu_dra_usage_series_omitted 0
 	if len(n.errors) != 0 {
 		t.Errorf("read errors %v, want none", n.errors)
 	}
+}
+
+// TestSamplerComputeTerms: each container's ceiling, class and the arbiter's current allowance
+// on each GPU (contract §16) — the ceiling is the limit without a burst, a GPU without a core
+// limit has no class, and the allowance is there only while the arbiter has one for the
+// (target, GPU) pair, as of the sample.
+func TestSamplerComputeTerms(t *testing.T) {
+	n := newNode(t, 2, usage.Config{}, nil)
+	g0, g1 := n.uuids[0], n.uuids[1]
+	n.target(usage.Target{Namespace: "team", Pod: "a", Container: "app", Claim: "share-a", Key: "ctr-a",
+		Compute: map[string]usage.ComputeTerms{g0: {Class: "Guaranteed", Ceiling: 30}}},
+		config(podA, "app", "gpu 0 "+g0+" 1073741824 30"), nil, nil)
+	n.target(usage.Target{Namespace: "team", Pod: "b", Container: "app", Claim: "share-b", Key: "ctr-b",
+		Compute: map[string]usage.ComputeTerms{g0: {Class: "BestEffort", Ceiling: 100}}},
+		config(podB, "app", "gpu 0 "+g0+" 1073741824 20"), nil, nil)
+	n.target(usage.Target{Namespace: "batch", Claim: "per-claim", Key: "claim/" + claimUID,
+		Compute: map[string]usage.ComputeTerms{g1: {Class: "Guaranteed", Ceiling: 60}}},
+		config("", "", "gpu 1 "+g1+" 1073741824 10"), nil, nil)
+	n.target(usage.Target{Namespace: "batch", Pod: "whole", Container: "train", Claim: "whole", Key: "ctr-w"},
+		config(podB, "train", "gpu 1 "+g1+" 0 0"), nil, nil)
+	n.allowances[[2]string{"ctr-a", g0}] = 30
+	n.allowances[[2]string{"ctr-b", g0}] = 65
+	n.allowances[[2]string{"ctr-b", g1}] = 99 // not a GPU of ctr-b's: never shown
+	labels := func(ns, pod, ctr, claim, g string) string {
+		return fmt.Sprintf(`claim=%q,container=%q,gpu_uuid=%q,namespace=%q,pod=%q`, claim, ctr, g, ns, pod)
+	}
+	a, b := labels("team", "a", "app", "share-a", g0), labels("team", "b", "app", "share-b", g0)
+	pc, whole := labels("batch", "", "", "per-claim", g1), labels("batch", "whole", "train", "whole", g1)
+	classed := func(l, class string) string { // the labels in the exposition's (sorted) order
+		claim, rest, _ := strings.Cut(l, ",")
+		return fmt.Sprintf("%s,class=%q,%s", claim, class, rest)
+	}
+	const termsHelp = `
+# HELP vgpu_dra_container_cores_ceiling_percent [ALPHA] Share of the GPU's SMs the container may burst to when the GPU has idle time, in percent: its class's and claim configuration's ceiling (container_cores_limit_percent without a burst).
+# TYPE vgpu_dra_container_cores_ceiling_percent gauge
+# HELP vgpu_dra_container_cores_allowance_percent [ALPHA] Share of the GPU's SMs the compute arbiter allows the container now, in percent, between its limit and its ceiling (absent where the arbiter does not divide the GPU).
+# TYPE vgpu_dra_container_cores_allowance_percent gauge
+# HELP vgpu_dra_container_cores_class_info [ALPHA] The container's compute class on the GPU (Guaranteed or BestEffort), always 1; absent without a core limit.
+# TYPE vgpu_dra_container_cores_class_info gauge
+`
+	names := []string{"vgpu_dra_container_cores_ceiling_percent", "vgpu_dra_container_cores_allowance_percent", "vgpu_dra_container_cores_class_info"}
+	// The per-claim claim has no allowance yet (before the arbiter's first pass).
+	n.sample(termsHelp+fmt.Sprintf(`
+vgpu_dra_container_cores_ceiling_percent{%[1]s} 30
+vgpu_dra_container_cores_ceiling_percent{%[2]s} 100
+vgpu_dra_container_cores_ceiling_percent{%[3]s} 60
+vgpu_dra_container_cores_ceiling_percent{%[4]s} 100
+vgpu_dra_container_cores_allowance_percent{%[1]s} 30
+vgpu_dra_container_cores_allowance_percent{%[2]s} 65
+vgpu_dra_container_cores_class_info{%[5]s} 1
+vgpu_dra_container_cores_class_info{%[6]s} 1
+vgpu_dra_container_cores_class_info{%[7]s} 1
+`, a, b, pc, whole, classed(a, "Guaranteed"), classed(b, "BestEffort"), classed(pc, "Guaranteed")), names...)
+
+	// The arbiter divides GPU 1 for the claim and forgets container b (gone from its pass): the
+	// next sample says so, a scrape in between still the sample before.
+	n.allowances[[2]string{"claim/" + claimUID, g1}] = 45
+	delete(n.allowances, [2]string{"ctr-b", g0})
+	if err := testutil.GatherAndCompare(n.reg, strings.NewReader(termsHelp+fmt.Sprintf(`
+vgpu_dra_container_cores_allowance_percent{%[1]s} 30
+vgpu_dra_container_cores_allowance_percent{%[2]s} 65
+`, a, b)), "vgpu_dra_container_cores_allowance_percent"); err != nil {
+		t.Error(err)
+	}
+	n.sample(termsHelp+fmt.Sprintf(`
+vgpu_dra_container_cores_allowance_percent{%[1]s} 30
+vgpu_dra_container_cores_allowance_percent{%[2]s} 45
+`, a, pc), "vgpu_dra_container_cores_allowance_percent")
 }
 
 // TestSamplerBrokenFiles: what cannot be read is left out, counted and never fatal.

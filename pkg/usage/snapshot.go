@@ -18,6 +18,21 @@ type Target struct {
 	// ConfigDir holds vgpu.config and pids.config; VMemNodeDir the ledger (host paths).
 	ConfigDir   string
 	VMemNodeDir string
+	// Key is the enforcer's name of the target (enforce.Target.Key): the container ID on the
+	// NRI path, "claim/<UID>" on the per-claim path. Deps.Allowance is asked with it; empty:
+	// never asked.
+	Key string
+	// Compute are the target's compute terms by GPU UUID, from the checkpoint (contract §16):
+	// only a GPU where it has a core limit has them.
+	Compute map[string]ComputeTerms
+}
+
+// ComputeTerms are a target's class and burst ceiling on one GPU (contract §16).
+type ComputeTerms struct {
+	// Class is "Guaranteed" or "BestEffort".
+	Class string
+	// Ceiling is the percent of SMs it may use when the GPU has idle time (at least its limit).
+	Ceiling float64
 }
 
 // GPU is one GPU of the node, with what is published and allocated of it (the driver's
@@ -47,6 +62,14 @@ type ContainerGPU struct {
 	MemoryLimit float64
 	// CoresLimit is the percentage of SMs; 100 without a limit.
 	CoresLimit float64
+	// CoresCeiling is what the container may burst to, percent: CoresLimit without a burst.
+	CoresCeiling float64
+	// Class is the compute class on the GPU; empty where nothing divides it (no core limit).
+	Class string
+	// CoresAllowance is the arbiter's current allowance, percent; valid when HasCoresAllowance
+	// (the arbiter has divided the GPU for the container).
+	CoresAllowance    float64
+	HasCoresAllowance bool
 	// MemoryUsed is the ledger's figure (bytes); valid when HasMemoryUsed. A container with a
 	// limit and no ledger yet has used nothing; one without any limit has no ledger at all
 	// (the library passes through), so nothing is known.

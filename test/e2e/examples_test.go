@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/vgpu-dra/vgpu-dra/pkg/clusterview"
 )
 
 // exampleChecks says, for each manifest of deployments/examples/*.yaml, what a user who applies
@@ -63,7 +65,7 @@ var exampleChecks = map[string]func(t *testing.T, ns string, gpus []string){
 		expectLog(t, ns, "batch", "app", `(?m)^gpu GPU-\S+ 20$`)
 		for pod, want := range map[string]map[string]any{
 			"serve": {"class": "Guaranteed", "coresCeiling": 60.0, "cores": 30.0},
-			"batch": {"class": "BestEffort", "coresCeiling": nil, "cores": 20.0},
+			"batch": {"class": "BestEffort", "coresCeiling": 100.0, "cores": 20.0}, // best-effort bursts to the whole GPU
 		} {
 			data := podClaimStatusData(t, ns, pod)
 			for k, v := range want {
@@ -72,7 +74,35 @@ var exampleChecks = map[string]func(t *testing.T, ns string, gpus []string){
 				}
 			}
 		}
+		// kubectl vgpu shows the same, from the claims' status.
+		var list struct{ Items []clusterview.PodShare }
+		if err := json.Unmarshal([]byte(kubectlVGPU(t, "pods", "-n", ns, "-o", "json")), &list); err != nil {
+			t.Fatalf("kubectl vgpu pods -o json: %v", err)
+		}
+		got := map[string]string{}
+		for _, p := range list.Items {
+			got[p.Pod] = fmt.Sprintf("%s %d", p.Class, p.CoresCeiling)
+		}
+		if got["serve"] != "Guaranteed 60" || got["batch"] != "BestEffort 100" {
+			t.Errorf("kubectl vgpu pods: class and ceiling %v, want serve Guaranteed 60, batch BestEffort 100", got)
+		}
+		// The per-container metrics: class, ceiling and the arbiter's allowance.
 		metricsTarget := net.JoinHostPort(pluginPodIP(t), "8080")
+		for pod, want := range map[string][3]float64{"serve": {30, 60, 30}, "batch": {20, 100, 20}} {
+			labels := map[string]string{"namespace": ns, "pod": pod, "container": "app"}
+			eventually(t, defaultTimeout, pod+"'s compute series on /metrics", func() (bool, error) {
+				m, err := scrapeMetrics(metricsTarget)
+				if err != nil {
+					return false, err
+				}
+				for i, name := range []string{"vgpu_dra_container_cores_limit_percent", "vgpu_dra_container_cores_ceiling_percent", "vgpu_dra_container_cores_allowance_percent"} {
+					if v, ok := seriesValue(m, name, labels); !ok || v != want[i] {
+						return false, fmt.Errorf("%s%v = %v (present %v), want %v", name, labels, v, ok, want[i])
+					}
+				}
+				return true, nil
+			})
+		}
 		taken := func() float64 {
 			m, err := scrapeMetrics(metricsTarget)
 			if err != nil {

@@ -136,9 +136,11 @@ func TestObservability(t *testing.T) {
 			rows[f[0]] = f
 		}
 		for _, s := range shares {
-			// POD CLAIM NODE DEVICE MEMORY CORES REQUEST UUID CONTAINERS
+			// POD CLAIM NODE DEVICE MEMORY CORES CLASS CEILING REQUEST UUID CONTAINERS: the
+			// shares have no VGPUConfig, so they are guaranteed, without a burst.
 			f := rows[s.name]
-			if len(f) != 9 || f[1] != s.name || f[3] != "gpu-0" || f[4] != s.memory || f[5] != fmt.Sprintf("%d%%", s.cores) || f[8] != "app" {
+			if len(f) != 11 || f[1] != s.name || f[3] != "gpu-0" || f[4] != s.memory || f[5] != fmt.Sprintf("%d%%", s.cores) ||
+				f[6] != "Guaranteed" || f[7] != "-" || f[10] != "app" {
 				t.Errorf("kubectl vgpu pods row of %s: %v", s.name, f)
 			}
 		}

@@ -64,6 +64,9 @@ func TestClaimDeviceStatus(t *testing.T) {
 	if data.GPUUUID != gpus[0] || data.Request != "gpu" || data.Cores != 100 || data.Memory == "" || data.Path != contract.PathNRI || data.ProductName == "" {
 		t.Errorf("status data %+v, want GPU %s, the whole memory, 100 cores, path nri", data, gpus[0])
 	}
+	if data.Class != "" || data.CoresCeiling != 0 {
+		t.Errorf("status data %+v: a whole GPU has no class or ceiling (nothing divides it)", data)
+	}
 
 	bad := n.waitDeviceStatus(share, "gpu-0", metav1.ConditionFalse)
 	if bad.Conditions[0].Reason != "Overcommitted" || bad.Conditions[0].Message == "" {

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -125,10 +126,21 @@ func TestUsageMetrics(t *testing.T) {
 			"vgpu_dra_container_cores_limit_percent": c.limitCores,
 			"vgpu_dra_container_memory_used_bytes":   c.used,
 			"vgpu_dra_container_cores_used_percent":  wantCores,
+			// No VGPUConfig: guaranteed, no burst (contract §16).
+			"vgpu_dra_container_cores_ceiling_percent": c.limitCores,
 		} {
 			if got, ok := series(m, name, l); !ok || got != want {
 				t.Errorf("%s%v = %v (present %v), want %v", name, l, got, ok, want)
 			}
+		}
+		classed := map[string]string{"class": "Guaranteed"}
+		maps.Copy(classed, l)
+		if got, ok := series(m, "vgpu_dra_container_cores_class_info", classed); !ok || got != 1 {
+			t.Errorf("vgpu_dra_container_cores_class_info%v = %v (present %v), want 1", classed, got, ok)
+		}
+		// The node enforces nothing here: no arbiter, no allowance.
+		if got, ok := series(m, "vgpu_dra_container_cores_allowance_percent", l); ok {
+			t.Errorf("vgpu_dra_container_cores_allowance_percent%v = %v without an arbiter", l, got)
 		}
 	}
 	if got, ok := series(m, "vgpu_dra_container_memory_refusals_total", map[string]string{"claim": "a", "pod": "a-pod"}); !ok || got != 2 {

@@ -20,17 +20,26 @@
  *                        allocate again (on a stream of its own, or the per-thread default
  *                        stream through the _ptsz entry points)
  *   launch <seconds> <blocks>  launch kernels back to back (core-limit measurement)
+ *   follow <root> <uuid> <pct>  a launch; the allowance file set to <pct> for <uuid>; a launch
+ *                        after VGPU_ALLOWANCE_CHECK_NS: the shared bucket's rate and recorded
+ *                        target of GPU position 0 before and after
  *   stdin                cuInit, an allocation, then read a line from stdin and print it
  * Results are printed, never asserted here: the harness asserts what it reads. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../src/core_file.h"
+#include "../../src/core_limiter.h"
 #include "../../src/hooks.h"
 
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
@@ -462,6 +471,63 @@ static int cmd_launch(double seconds, unsigned blocks)
 	return 0;
 }
 
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+static int launch_one(void)
+{
+	return cuLaunchKernel(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS ? 0 : -1;
+}
+
+static struct core_file *map_core_file(const char *root)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/tmp/.vgpu_lock/core.v2", root);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return NULL;
+	void *p = mmap(NULL, sizeof(struct core_file), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static int write_allowance(const char *root, const char *uuid, int pct)
+{
+	char tmp[512], path[512], text[256];
+	snprintf(tmp, sizeof(tmp), "%s/etc/vgpu-dra/config/.allowance.tmp", root);
+	snprintf(path, sizeof(path), "%s/etc/vgpu-dra/config/cores.allowance", root);
+	int len = snprintf(text, sizeof(text), "version 1\ngpu %s %d\n", uuid, pct);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || write(fd, text, (size_t)len) != len || close(fd) != 0 || rename(tmp, path) != 0)
+		return -1; /* as the node writes it: a new file renamed into place */
+	return 0;
+}
+
+static int cmd_follow(const char *root, const char *uuid, int pct)
+{
+	setup();
+	if (launch_one() != 0)
+		return 8;
+	struct core_file *f = map_core_file(root);
+	if (f == NULL)
+		return 9;
+	uint64_t control = atomic_load(&f->bucket[0].next_control_ns);
+	printf("before rate=%llu target=%u\n", (unsigned long long)atomic_load(&f->bucket[0].rate),
+	       (unsigned)atomic_load(&f->rate_target[0]));
+	if (write_allowance(root, uuid, pct) != 0)
+		return 10;
+	sleep_ns(VGPU_ALLOWANCE_CHECK_NS + 1000000);
+	if (launch_one() != 0)
+		return 8;
+	printf("after rate=%llu target=%u control-step-between=%d\n", (unsigned long long)atomic_load(&f->bucket[0].rate),
+	       (unsigned)atomic_load(&f->rate_target[0]), atomic_load(&f->bucket[0].next_control_ns) != control);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -489,6 +555,8 @@ int main(int argc, char **argv)
 		return cmd_fill(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc >= 4 && strcmp(argv[1], "launch") == 0)
 		return cmd_launch(atof(argv[2]), (unsigned)atoi(argv[3]));
-	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|vmm|vmmrefs|asyncfree|stdin ...\n");
+	if (argc >= 5 && strcmp(argv[1], "follow") == 0)
+		return cmd_follow(argv[2], argv[3], atoi(argv[4]));
+	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|follow|vmm|vmmrefs|asyncfree|stdin ...\n");
 	return 2;
 }

@@ -3,6 +3,7 @@
 #include "clock.h"
 #include "core_allowance.h"
 #include "core_file.h"
+#include "core_wake.h"
 #include "log.h"
 #include "nvml_usage.h"
 #include "shm_guard.h"
@@ -16,9 +17,10 @@ static struct core_bucket own_buckets[VGPU_MAX_DEVICES];
 static _Atomic uint8_t own_rate_target[VGPU_MAX_DEVICES]; /* as core_file's rate_target */
 static _Atomic int own_ready; /* 0 no, 1 being set up, 2 in use */
 
-/* This process's own view of each GPU position: when the launch path looks at the allowance
- * file next. */
+/* This process's own view of each GPU position: when it last launched there (0: never) and when
+ * the launch path looks at the allowance file next. */
 static struct {
+	_Atomic uint64_t last_launch_ns;
 	_Atomic uint64_t next_allowance_check_ns;
 } seen[VGPU_MAX_DEVICES];
 
@@ -89,6 +91,21 @@ static void check_allowance(int index, struct core_bucket *b, _Atomic uint8_t *r
 	follow_target(index, b, rate_target);
 }
 
+/* A launch on the GPU position after VGPU_WAKE_IDLE_NS without one there (or the process's
+ * first) signals a wake; of several threads at that edge, the one that moves the stamp does. */
+static void note_launch(int index, uint64_t now)
+{
+	_Atomic uint64_t *last = &seen[index].last_launch_ns;
+	uint64_t prev = atomic_load_explicit(last, memory_order_relaxed);
+	if (prev != 0 && (now <= prev || now - prev < VGPU_WAKE_IDLE_NS)) {
+		if (now > prev)
+			atomic_store_explicit(last, now, memory_order_relaxed);
+		return;
+	}
+	if (atomic_compare_exchange_strong(last, &prev, now))
+		vgpu_core_wake();
+}
+
 /* One controller step for the container (the caller won the election for this period). The
  * step measures only when NVML has samples newer than the last step's: the launches counted
  * since then are compared with the busy share of the time those samples cover. */
@@ -114,7 +131,7 @@ static void control(int index, struct core_bucket *b, _Atomic uint8_t *rate_targ
 
 /* Takes the launch's tokens, waiting for them at most core_bucket_max_wait_ns; runs the
  * controller when this caller wins the period's election, else looks at the allowance when it
- * is due. */
+ * is due. A launch held here has work: its wait counts as launching, not as idle. */
 static CUresult wait_for_tokens(int index, struct core_bucket *b, _Atomic uint8_t *rate_target, uint64_t blocks,
 				uint64_t now)
 {
@@ -128,6 +145,8 @@ static CUresult wait_for_tokens(int index, struct core_bucket *b, _Atomic uint8_
 			check_allowance(index, b, rate_target, now);
 		uint64_t wait = core_bucket_take(b, blocks, now);
 		if (wait == 0 || waited >= max_wait) {
+			if (waited > 0)
+				atomic_store_explicit(&seen[index].last_launch_ns, now, memory_order_relaxed);
 			if (wait != 0)
 				vgpu_log_debug("core limit: launch let through after %llu ms of waiting",
 					       (unsigned long long)(waited / 1000000));
@@ -174,5 +193,6 @@ CUresult vgpu_core_gate_slow(uint64_t blocks, int gate)
 	if (index < 0 || vgpu_rt.cfg.dev[index].core_limit >= VGPU_CORE_UNLIMITED)
 		return CUDA_SUCCESS;
 	uint64_t now = vgpu_now_ns();
+	note_launch(index, now);
 	return take_tokens(index, blocks == 0 ? 1 : blocks, now);
 }

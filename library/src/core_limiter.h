@@ -1,5 +1,6 @@
 /* The launch hooks' gate: lets a launch through when the container's core bucket for the
- * device has tokens, waits (bounded) otherwise, and runs the controller once per period. It follows a
+ * device has tokens, waits (bounded) otherwise, and runs the controller once per period. When a
+ * core limit applies it also signals a wake after an idle spell (core_wake.h) and follows a
  * change of the arbiter's allowance within VGPU_ALLOWANCE_CHECK_NS of launches (contract §16). */
 #ifndef VGPU_CORE_LIMITER_H
 #define VGPU_CORE_LIMITER_H

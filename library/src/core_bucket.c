@@ -70,7 +70,8 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 		return; /* no measurement: keep the rate and the counts; refill goes on by time */
 	uint64_t spent = atomic_exchange(&b->spent, 0);
 	uint64_t throttled = atomic_exchange(&b->throttled, 0);
-	double rate = (double)atomic_load(&b->rate);
+	uint64_t loaded = atomic_load(&b->rate);
+	double rate = (double)loaded;
 	double window_s = (double)window_ns / 1e9;
 	double target = target_pct;
 
@@ -110,7 +111,34 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 		next = VGPU_CORE_MIN_RATE;
 	if (next > (double)VGPU_CORE_MAX_RATE)
 		next = (double)VGPU_CORE_MAX_RATE;
-	atomic_store(&b->rate, (uint64_t)next);
+	/* A retarget meanwhile (another thread or process saw the allowance change) wins: its rate
+	 * is for the new target, this step's for the old one. */
+	atomic_compare_exchange_strong(&b->rate, &loaded, (uint64_t)next);
+}
+
+static double clamp_rate(double r)
+{
+	if (r < VGPU_CORE_MIN_RATE)
+		return VGPU_CORE_MIN_RATE;
+	if (r > (double)VGPU_CORE_MAX_RATE)
+		return (double)VGPU_CORE_MAX_RATE;
+	return r;
+}
+
+void core_bucket_retarget(struct core_bucket *b, int old_pct, int new_pct)
+{
+	if (old_pct < 1 || new_pct < 1 || old_pct == new_pct)
+		return;
+	double f = (double)new_pct / (double)old_pct;
+	uint64_t rate = atomic_load(&b->rate);
+	while (!atomic_compare_exchange_weak(&b->rate, &rate, (uint64_t)clamp_rate((double)rate * f)))
+		;
+	/* The integral is a correction in points of the old target: the same share of the new one. */
+	int64_t integral = atomic_load(&b->integral);
+	while (!atomic_compare_exchange_weak(&b->integral, &integral, (int64_t)((double)integral * f)))
+		;
+	/* Tokens above the new rate's capacity (a burst at the old rate) are cut to it by the next
+	 * refill, at most 20 us later. */
 }
 
 uint64_t core_bucket_max_wait_ns(int target_pct)

@@ -51,6 +51,11 @@ int core_bucket_control_due(struct core_bucket *b, uint64_t now_ns, uint64_t per
  * covers (since the previous measured step). */
 void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct, uint64_t window_ns);
 
+/* The target changed from old_pct to new_pct (both 1-100): what the controller keeps for a
+ * target, the rate and the integral, is scaled by new / old at once, so that the launches
+ * follow the new target within milliseconds instead of a control step or more later. */
+void core_bucket_retarget(struct core_bucket *b, int old_pct, int new_pct);
+
 /* How long a launch of a container limited to target_pct may be held: as long as a 1 s
  * kernel needs between launches at that limit (VGPU_CORE_MAX_WAIT_NS * 100 / target), so
  * that one long synchronous kernel per step is held to the limit too, never for ever. */

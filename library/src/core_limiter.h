@@ -1,5 +1,7 @@
 /* The launch hooks' gate: lets a launch through when the container's core bucket for the
- * device has tokens, waits (bounded) otherwise, and runs the controller once per period. */
+ * device has tokens, waits (bounded) otherwise, and runs the controller once per period. When a
+ * core limit applies it also signals a wake after an idle spell (core_wake.h) and follows a
+ * change of the arbiter's allowance within VGPU_ALLOWANCE_CHECK_NS of launches (contract §16). */
 #ifndef VGPU_CORE_LIMITER_H
 #define VGPU_CORE_LIMITER_H
 
@@ -11,6 +13,7 @@
 
 #define VGPU_CORE_CONTROL_NS 100000000ull /* controller period */
 #define VGPU_GRAPH_LAUNCH_COST 1024u      /* blocks charged for a graph launch (its size is opaque) */
+#define VGPU_ALLOWANCE_CHECK_NS 5000000ull /* the launch path looks at cores.allowance at most this often */
 
 CUresult vgpu_core_gate_slow(uint64_t blocks, int gate);
 

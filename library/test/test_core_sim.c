@@ -123,8 +123,39 @@ struct scenario {
 	double noise_pp;
 };
 
+/* An allowance change (contract §16): what the controller keeps for the target is scaled by
+ * new / old at once, within the rate's bounds; no change, or a target outside 1-100, none. */
+static void test_retarget(void)
+{
+	const struct {
+		uint64_t rate;
+		int64_t integral;
+		int old_pct, new_pct;
+		uint64_t want_rate;
+		int64_t want_integral;
+	} cases[] = {
+		{ 200000, 4000000, 30, 15, 100000, 2000000 },  /* halved */
+		{ 100000, -3000000, 15, 45, 300000, -9000000 }, /* tripled, a negative correction too */
+		{ 200000, 4000000, 30, 30, 200000, 4000000 },  /* unchanged */
+		{ 100, 0, 100, 1, VGPU_CORE_MIN_RATE, 0 },      /* never under the floor */
+		{ 200000, 4000000, 0, 50, 200000, 4000000 },    /* no old target: nothing to scale */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct core_bucket b;
+		core_bucket_init(&b, 0);
+		atomic_store(&b.rate, cases[i].rate);
+		atomic_store(&b.integral, cases[i].integral);
+		core_bucket_retarget(&b, cases[i].old_pct, cases[i].new_pct);
+		CHECK(atomic_load(&b.rate) == cases[i].want_rate && atomic_load(&b.integral) == cases[i].want_integral,
+		      "retarget %d -> %d: rate %llu integral %lld, want %llu %lld", cases[i].old_pct, cases[i].new_pct,
+		      (unsigned long long)atomic_load(&b.rate), (long long)atomic_load(&b.integral),
+		      (unsigned long long)cases[i].want_rate, (long long)cases[i].want_integral);
+	}
+}
+
 int main(void)
 {
+	test_retarget();
 	const struct scenario scenarios[] = {
 		{ "1 process, 1 ms kernels", 1, { { .dur_ns = 1000000, .blocks = 1000 } }, 0 },
 		{ "1 process, 0.1-1.9 ms kernels", 1, { { .dur_ns = 1000000, .blocks = 1000, .jitter = 0.9 } }, 0 },

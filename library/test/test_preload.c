@@ -4,7 +4,7 @@
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
  *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm|asyncfree|
- *                 ledgerlock|truncate> */
+ *                 ledgerlock|truncate|wake|allowance> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -621,6 +621,83 @@ static void test_corelimit(void)
 	root_teardown(&r);
 }
 
+/* The wake signal (contract §16): on a GPU with a core limit, the process's first launch writes
+ * core.wake (mode 0666, whatever the umask), launches back to back do not, a graph launch after
+ * an idle spell does. A GPU without a core limit has no allowance to wake: nothing is written. */
+static void test_wake(void)
+{
+	struct root r;
+	root_setup_config(&r, "OK", CFG_NRI CFG_GPU0(268435456, 30));
+	struct run res;
+	const char *env[] = { "CUDA_CORE_LIMIT_0=30", "FAKE_NS_PER_BLOCK=0", NULL };
+	run(&r, LIBVGPU_TEST, PROBE("wake", r.dir), env, &res);
+	CHECK(res.status == 0, "wake run: %d %s %s", res.status, res.out, res.err);
+	CHECK_STR_CONTAINS(res.out, "first written size=1");
+	CHECK_STR_CONTAINS(res.out, "burst unwritten");
+	CHECK_STR_CONTAINS(res.out, "idle-graph written");
+	char path[256];
+	snprintf(path, sizeof(path), "%s/tmp/.vgpu_lock/core.wake", r.dir);
+	struct stat st;
+	CHECK(stat(path, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0666 && st.st_size == 1,
+	      "core.wake: mode %o size %lld", (unsigned)st.st_mode, (long long)st.st_size);
+	root_teardown(&r);
+
+	root_setup(&r, "OK"); /* a memory limit only */
+	run(&r, LIBVGPU_TEST, PROBE("wake", r.dir), NULL, &res);
+	CHECK(res.status == 0, "wake run without a core limit: %d %s %s", res.status, res.out, res.err);
+	CHECK_STR_CONTAINS(res.out, "first missing");
+	CHECK_STR_CONTAINS(res.out, "idle-graph missing");
+	root_teardown(&r);
+}
+
+/* The value after "<line> rate=" and "target=" in the probe's output, or 0. */
+static void rate_line(const char *out, const char *line, unsigned long long *rate, unsigned *target)
+{
+	char key[32];
+	snprintf(key, sizeof(key), "%s rate=", line);
+	const char *at = strstr(out, key);
+	*rate = 0, *target = 0;
+	if (at != NULL && sscanf(at + strlen(key), "%llu target=%u", rate, target) != 2)
+		*rate = 0, *target = 0;
+}
+
+/* Following an allowance quickly (contract §16): a launch VGPU_ALLOWANCE_CHECK_NS after the
+ * file changed scales the container's shared rate by new / old, without waiting for a control
+ * step; the change is applied once, so a later process of the container finds the rate right and
+ * scales it only at the next change. */
+static void test_allowance(void)
+{
+	struct root r;
+	root_setup_config(&r, "OK", CFG_NRI CFG_GPU0(268435456, 30));
+	const char *env[] = { "CUDA_CORE_LIMIT_0=30", "FAKE_NS_PER_BLOCK=0", NULL };
+	struct {
+		int pct;
+		unsigned before_target;
+	} steps[] = { { 15, 30 }, { 30, 15 }, { 60, 30 } };
+	unsigned long long last = 0;
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		char pct[8];
+		snprintf(pct, sizeof(pct), "%d", steps[i].pct);
+		struct run res;
+		run(&r, LIBVGPU_TEST, PROBE("follow", r.dir, FAKE_DEFAULT_UUID, pct), env, &res);
+		unsigned long long before, after;
+		unsigned bt, at;
+		rate_line(res.out, "before", &before, &bt);
+		rate_line(res.out, "after", &after, &at);
+		CHECK(res.status == 0 && before > 0 && after > 0, "follow %d: %d %s %s", steps[i].pct, res.status, res.out,
+		      res.err);
+		CHECK(bt == steps[i].before_target, "follow %d: the rate was recorded for %u%%, want %u%%: %s", steps[i].pct,
+		      bt, steps[i].before_target, res.out);
+		CHECK(last == 0 || before == last, "follow %d: a new process found the rate at %llu, the last left %llu "
+		      "(a change applied twice?)", steps[i].pct, before, last);
+		unsigned long long want = (unsigned long long)((double)before * steps[i].pct / steps[i].before_target);
+		CHECK(after == want && at == (unsigned)steps[i].pct,
+		      "follow %d: rate %llu -> %llu (want %llu), target %u: %s", steps[i].pct, before, after, want, at, res.out);
+		last = after;
+	}
+	root_teardown(&r);
+}
+
 /* The last registration the scripted registry logged names the file's identity. */
 static void expect_registered_as(struct root *r, const char *what, const char *identity)
 {
@@ -1060,7 +1137,8 @@ int main(int argc, char **argv)
 		{ "envignored", test_envignored }, { "noconfig", test_noconfig }, { "forgedconfig", test_forgedconfig }, { "index16", test_index16 },
 		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork }, { "stdin", test_stdin },
 		{ "vmm", test_vmm }, { "asyncfree", test_asyncfree },
-		{ "ledgerlock", test_ledgerlock }, { "truncate", test_truncate },
+		{ "ledgerlock", test_ledgerlock }, { "truncate", test_truncate }, { "wake", test_wake },
+		{ "allowance", test_allowance },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -20,17 +20,30 @@
  *                        allocate again (on a stream of its own, or the per-thread default
  *                        stream through the _ptsz entry points)
  *   launch <seconds> <blocks>  launch kernels back to back (core-limit measurement)
+ *   wake <root>          the wake signal (contract §16): whether <root>'s core.wake was written
+ *                        at the first launch, during back-to-back launches, at a graph launch
+ *                        after an idle spell
+ *   follow <root> <uuid> <pct>  a launch; the allowance file set to <pct> for <uuid>; a launch
+ *                        after VGPU_ALLOWANCE_CHECK_NS: the shared bucket's rate and recorded
+ *                        target of GPU position 0 before and after
  *   stdin                cuInit, an allocation, then read a line from stdin and print it
  * Results are printed, never asserted here: the harness asserts what it reads. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../src/core_file.h"
+#include "../../src/core_limiter.h"
+#include "../../src/core_wake.h"
 #include "../../src/hooks.h"
 
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
@@ -462,6 +475,122 @@ static int cmd_launch(double seconds, unsigned blocks)
 	return 0;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+static int launch_one(void)
+{
+	return cuLaunchKernel(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS ? 0 : -1;
+}
+
+/* "missing", or whether the file was written since its modification time was set to 0 */
+static const char *wake_state(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return "missing";
+	return st.st_mtim.tv_sec == 0 && st.st_mtim.tv_nsec == 0 ? "unwritten" : "written";
+}
+
+static void wake_reset(const char *path)
+{
+	const struct timespec zero[2] = { { 0, 0 }, { 0, 0 } };
+	if (utimensat(AT_FDCWD, path, zero, 0) != 0 && errno != ENOENT)
+		perror(path);
+}
+
+static int cmd_wake(const char *root)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/tmp/.vgpu_lock/" VGPU_CORE_WAKE_NAME, root);
+	setup();
+	uint64_t prev = now_ns();
+	if (launch_one() != 0)
+		return 8;
+	struct stat st;
+	printf("first %s size=%lld\n", wake_state(path), stat(path, &st) == 0 ? (long long)st.st_size : -1ll);
+	/* Back to back, no launch is a wake. A launch whose gap to the one before (as the library can
+	 * see it: from the start of one to the end of the next) reached VGPU_WAKE_IDLE_NS, a stall of
+	 * this process, may be one: such a round does not count, and another is run. */
+	for (int round = 0; round < 10; round++) {
+		wake_reset(path);
+		uint64_t max_gap = 0;
+		for (int i = 0; i < 200; i++) {
+			uint64_t start = now_ns();
+			if (launch_one() != 0)
+				return 8;
+			uint64_t gap = now_ns() - prev;
+			max_gap = gap > max_gap ? gap : max_gap;
+			prev = start;
+		}
+		if (max_gap < VGPU_WAKE_IDLE_NS) {
+			printf("burst %s\n", wake_state(path));
+			break;
+		}
+		printf("burst round %d stalled %llu ms (not counted)\n", round, (unsigned long long)(max_gap / 1000000));
+	}
+	wake_reset(path);
+	sleep_ns(2 * VGPU_WAKE_IDLE_NS);
+	printf("idle-graph %s\n", cuGraphLaunch(NULL, NULL) == CUDA_SUCCESS ? wake_state(path) : "failed");
+	return 0;
+}
+
+static struct core_file *map_core_file(const char *root)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/tmp/.vgpu_lock/core.v2", root);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return NULL;
+	void *p = mmap(NULL, sizeof(struct core_file), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static int write_allowance(const char *root, const char *uuid, int pct)
+{
+	char tmp[512], path[512], text[256];
+	snprintf(tmp, sizeof(tmp), "%s/etc/vgpu-dra/config/.allowance.tmp", root);
+	snprintf(path, sizeof(path), "%s/etc/vgpu-dra/config/cores.allowance", root);
+	int len = snprintf(text, sizeof(text), "version 1\ngpu %s %d\n", uuid, pct);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || write(fd, text, (size_t)len) != len || close(fd) != 0 || rename(tmp, path) != 0)
+		return -1; /* as the node writes it: a new file renamed into place */
+	return 0;
+}
+
+static int cmd_follow(const char *root, const char *uuid, int pct)
+{
+	setup();
+	if (launch_one() != 0)
+		return 8;
+	struct core_file *f = map_core_file(root);
+	if (f == NULL)
+		return 9;
+	uint64_t control = atomic_load(&f->bucket[0].next_control_ns);
+	printf("before rate=%llu target=%u\n", (unsigned long long)atomic_load(&f->bucket[0].rate),
+	       (unsigned)atomic_load(&f->rate_target[0]));
+	if (write_allowance(root, uuid, pct) != 0)
+		return 10;
+	sleep_ns(VGPU_ALLOWANCE_CHECK_NS + 1000000);
+	if (launch_one() != 0)
+		return 8;
+	printf("after rate=%llu target=%u control-step-between=%d\n", (unsigned long long)atomic_load(&f->bucket[0].rate),
+	       (unsigned)atomic_load(&f->rate_target[0]), atomic_load(&f->bucket[0].next_control_ns) != control);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -489,6 +618,10 @@ int main(int argc, char **argv)
 		return cmd_fill(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc >= 4 && strcmp(argv[1], "launch") == 0)
 		return cmd_launch(atof(argv[2]), (unsigned)atoi(argv[3]));
-	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|vmm|vmmrefs|asyncfree|stdin ...\n");
+	if (argc >= 3 && strcmp(argv[1], "wake") == 0)
+		return cmd_wake(argv[2]);
+	if (argc >= 5 && strcmp(argv[1], "follow") == 0)
+		return cmd_follow(argv[2], argv[3], atoi(argv[4]));
+	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|wake|follow|vmm|vmmrefs|asyncfree|stdin ...\n");
 	return 2;
 }

@@ -80,6 +80,11 @@ type Deps struct {
 	// deviceattribute.GetPCIeRootAttributeByPCIBusID over sysfs). Nil: no pcieRoot attribute —
 	// simulated GPUs have made-up bus IDs that may well exist on the host for another device.
 	PCIeRoot func(pciBusID string) (deviceattribute.DeviceAttribute, error)
+	// NUMANode resolves a GPU's PCI bus ID to the standard numaNode attribute (KEP-6072; on
+	// real nodes deviceattribute.GetNUMANodeAttributeByPCIBusID over sysfs, in its scalar
+	// form). An error — no NUMA affinity (-1), an unknown device — leaves the attribute out.
+	// Nil: no standard numaNode attribute.
+	NUMANode func(pciBusID string) (deviceattribute.DeviceAttribute, error)
 	// OnFatal is told, once, of an error the DRA helper cannot recover from (its gRPC servers
 	// failed): the process must exit so that the DaemonSet restarts it. Nil: only logged.
 	OnFatal func(error)

@@ -72,9 +72,13 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 		return nil, err
 	}
 	var pcieRoot func(string) (deviceattribute.DeviceAttribute, error)
+	numaNode := knownNUMANodes(parts.devices)
 	if !parts.simulated {
 		pcieRoot = func(busID string) (deviceattribute.DeviceAttribute, error) {
 			return deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
+		}
+		numaNode = func(busID string) (deviceattribute.DeviceAttribute, error) {
+			return deviceattribute.GetNUMANodeAttributeByPCIBusID(busID, deviceattribute.ScalarAttribute)
 		}
 	}
 	d, err := driver.New(driver.Config{
@@ -82,7 +86,7 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 		VGPU: cfg.VGPU, BootID: parts.bootID, GPUInjection: cfg.GPUInjection, StaleInUse: cfg.StaleClaimContainers,
 	}, driver.Deps{
 		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
-		Paths: parts.paths, PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
+		Paths: parts.paths, PCIeRoot: pcieRoot, NUMANode: numaNode, NewUUID: func() string { return string(uuid.NewUUID()) },
 		Quarantine: parts.quarantine, OnFatal: parts.onFatal, Claims: parts.claims, AtStep: parts.atStep, DRAMetrics: parts.dra,
 		Users: parts.users,
 	})
@@ -90,4 +94,24 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 		return nil, fmt.Errorf("build the driver: %w", err)
 	}
 	return d, nil
+}
+
+// knownNUMANodes gives the standard numaNode attribute of the NUMA nodes the GPU source
+// reported: simulated GPUs have made-up PCI addresses, so their NUMA nodes come from the
+// source's own table (the same as the driver-local numaNode), never from this host's sysfs.
+// The scalar form: the list form needs DRAListTypeAttributes in the cluster.
+func knownNUMANodes(devices []gpu.Device) func(string) (deviceattribute.DeviceAttribute, error) {
+	byBusID := map[string]int{}
+	for _, g := range devices {
+		if g.NUMANode != nil {
+			byBusID[g.PCIBusID] = *g.NUMANode
+		}
+	}
+	return func(busID string) (deviceattribute.DeviceAttribute, error) {
+		node, ok := byBusID[busID]
+		if !ok {
+			return deviceattribute.DeviceAttribute{}, fmt.Errorf("NUMA node of PCI device %s unknown", busID)
+		}
+		return deviceattribute.GetNUMANodeAttribute(node, deviceattribute.ScalarAttribute)
+	}
 }

@@ -258,7 +258,9 @@ func pinnedClaim(name, memory string, cores int64, index int) *resourceapi.Resou
 	return c
 }
 
-// twoGPUClaim asks for two shares on two different GPUs of one NUMA node.
+// twoGPUClaim asks for two shares on two different GPUs of one NUMA node, by the deprecated
+// driver-local numaNode: the claims written before the standard name existed keep working
+// (multi-gpu.yaml uses the standard resource.kubernetes.io/numaNode).
 func twoGPUClaim(name, first, second string) *resourceapi.ResourceClaim {
 	req := func(reqName, memory string) resourceapi.DeviceRequest {
 		return resourceapi.DeviceRequest{Name: reqName, Exactly: &resourceapi.ExactDeviceRequest{

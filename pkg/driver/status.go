@@ -245,7 +245,7 @@ func (d *Driver) preparedStatus(claim *resourceapi.ResourceClaim, prepared check
 			WithReason(contract.DeviceReasonPrepared).WithMessage(msg).WithLastTransitionTime(now).
 			WithObservedGeneration(claim.Generation)
 		out = append(out, deviceStatus(d.cfg.DriverName, dev.Pool, dev.Device, dev.ShareID).
-			WithConditions(cond).WithData(runtime.RawExtension{Raw: raw}))
+			WithConditions(d.withHealthCondition(cond, dev.GPUUUID, claim.Generation)...).WithData(runtime.RawExtension{Raw: raw}))
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce/podevents"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 )
@@ -38,6 +39,8 @@ type driverParts struct {
 	atStep func(driver.Step)
 	// users are the containers that run with the claims (Deps.Users).
 	users driver.ClaimUsers
+	// events raises the plugin's events on pods (Deps.Events); nil without an API client.
+	events *podevents.Recorder
 }
 
 // newDriver installs libvgpu.so into the state dir (VGPUSupport), builds the CDI writer and
@@ -81,14 +84,19 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 			return deviceattribute.GetNUMANodeAttributeByPCIBusID(busID, deviceattribute.ScalarAttribute)
 		}
 	}
+	var events driver.PodEvents
+	if parts.events != nil { // not a typed nil in the interface
+		events = parts.events
+	}
 	d, err := driver.New(driver.Config{
 		DriverName: cfg.DriverName, NodeName: cfg.NodeName, MemoryReserve: cfg.MemoryReserve,
 		VGPU: cfg.VGPU, BootID: parts.bootID, GPUInjection: cfg.GPUInjection, StaleInUse: cfg.StaleClaimContainers,
+		HealthCheck: cfg.HealthCheck,
 	}, driver.Deps{
 		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
 		Paths: parts.paths, PCIeRoot: pcieRoot, NUMANode: numaNode, NewUUID: func() string { return string(uuid.NewUUID()) },
 		Quarantine: parts.quarantine, OnFatal: parts.onFatal, Claims: parts.claims, AtStep: parts.atStep, DRAMetrics: parts.dra,
-		Users: parts.users,
+		Users: parts.users, Events: events,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build the driver: %w", err)

@@ -25,6 +25,7 @@ type fakeClaimAPI struct {
 	applyErr []error
 	applied  []*resourceac.ResourceClaimApplyConfiguration
 	calls    int
+	onApply  func()        // when set, called at the start of every ApplyStatus call
 	changed  chan struct{} // closed and replaced on every ApplyStatus call
 }
 
@@ -56,6 +57,9 @@ func (f *fakeClaimAPI) Get(_ context.Context, namespace, name string) (*resource
 }
 
 func (f *fakeClaimAPI) ApplyStatus(_ context.Context, claim *resourceac.ResourceClaimApplyConfiguration) error {
+	if f.onApply != nil {
+		f.onApply()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++

@@ -9,10 +9,23 @@ const SimulatedControlSocketName = "simulated-gpu.sock"
 
 // Claim device status (ResourceClaim status.devices, contract §3 "Claim device status").
 const (
-	// DeviceConditionReady is the one condition the plugin writes per result.
+	// DeviceConditionReady says whether the result is prepared.
 	DeviceConditionReady = "Ready"
 	// DeviceReasonPrepared is the Ready=True reason.
 	DeviceReasonPrepared = "Prepared"
+	// DeviceConditionHealthy is the health of the result's GPU, written with DeviceHealthCheck
+	// on and again on every change of that health: the one place a pod that asked through the
+	// extended resource can see it (Kubernetes 1.37 leaves allocatedResourcesStatus empty for
+	// that path, kubernetes/kubernetes#139939).
+	DeviceConditionHealthy = "Healthy"
+	// DeviceReasonGPUHealthy is the Healthy=True reason.
+	DeviceReasonGPUHealthy = "GPUHealthy"
+	// DeviceReasonGPUUnhealthy is the Healthy=False reason of a fault after which the GPU's
+	// running work may go on (taint effect NoSchedule).
+	DeviceReasonGPUUnhealthy = "GPUUnhealthy"
+	// DeviceReasonGPUNeedsReset is the Healthy=False reason of a fatal fault: the GPU needs a
+	// reset, its running work is lost (taint effect NoExecute).
+	DeviceReasonGPUNeedsReset = "GPUNeedsReset"
 	// DeviceFieldManagerPrefix + node name is the server-side-apply field manager of the
 	// plugin's status writes: one per node, so no node's apply removes another's entries.
 	DeviceFieldManagerPrefix = "vgpu-dra-kubelet-plugin/"
@@ -45,3 +58,13 @@ type DeviceStatusData struct {
 	// with VGPUSupport off.
 	Path ClaimPath `json:"path,omitempty"`
 }
+
+// Events the kubelet plugin raises on the pods a claim is reserved for when the health of one of
+// the claim's GPUs changes (contract §3, "Claim device status"); source component
+// vgpu-dra-kubelet-plugin.
+const (
+	// EventReasonDeviceUnhealthy is the Warning event's reason: the GPU became unhealthy.
+	EventReasonDeviceUnhealthy = "VGPUDeviceUnhealthy"
+	// EventReasonDeviceRecovered is the Normal event's reason: the GPU is healthy again.
+	EventReasonDeviceRecovered = "VGPUDeviceRecovered"
+)

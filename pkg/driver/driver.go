@@ -43,6 +43,9 @@ type Config struct {
 	// StaleInUse is what the reconciliation does with the running containers of a claim the
 	// API server no longer has in use here (--stale-claim-containers; "" is StaleInUseKeep).
 	StaleInUse StaleInUsePolicy
+	// HealthCheck says that the GPUs' health is watched (gate DeviceHealthCheck): each result's
+	// device status carries a Healthy condition (healthstatus.go).
+	HealthCheck bool
 }
 
 // PathSelector decides, when a claim is first prepared, which path its containers take
@@ -80,12 +83,20 @@ type Deps struct {
 	// deviceattribute.GetPCIeRootAttributeByPCIBusID over sysfs). Nil: no pcieRoot attribute —
 	// simulated GPUs have made-up bus IDs that may well exist on the host for another device.
 	PCIeRoot func(pciBusID string) (deviceattribute.DeviceAttribute, error)
+	// NUMANode resolves a GPU's PCI bus ID to the standard numaNode attribute (KEP-6072; on
+	// real nodes deviceattribute.GetNUMANodeAttributeByPCIBusID over sysfs, in its scalar
+	// form). An error — no NUMA affinity (-1), an unknown device — leaves the attribute out.
+	// Nil: no standard numaNode attribute.
+	NUMANode func(pciBusID string) (deviceattribute.DeviceAttribute, error)
 	// OnFatal is told, once, of an error the DRA helper cannot recover from (its gRPC servers
 	// failed): the process must exit so that the DaemonSet restarts it. Nil: only logged.
 	OnFatal func(error)
 	// Claims reads claims and writes their device status, in the background (status.go,
 	// reconcile.go). Nil: no device status is written and nothing is reconciled.
 	Claims ClaimAPI
+	// Events raises the events on the pods of the claims whose GPU's health changed
+	// (healthstatus.go). Nil: none is raised.
+	Events PodEvents
 	// Users tells which containers still run with a claim, for the reconciliation (inuse.go).
 	// Nil: none is known, and a stale claim is unprepared at once.
 	Users ClaimUsers
@@ -126,6 +137,10 @@ type Driver struct {
 	now        func() time.Time
 	// inUse are the stale claims the reconciliation keeps for their running containers.
 	inUse staleInUse
+	// healthRetry is the first delay before a claim whose GPU's health changed is read again.
+	healthRetry time.Duration
+	// healthNoticed, when set (tests), is called once the claims of a health change were told.
+	healthNoticed func(gpu.HealthEvent)
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -150,6 +165,7 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 		publishKick: make(chan struct{}, 1), dra: deps.DRAMetrics,
 		prepares: map[string]uint64{}, now: deps.Now, inUse: staleInUse{claims: map[string]string{}},
 		admitted: newAdmissions(), fileSlots: make(chan struct{}, fileParallelism), removals: newDirRemovals(),
+		healthRetry: healthReadRetry,
 	}
 	if d.dra == nil {
 		d.dra = metrics.NewDRAMetrics(deps.Metrics.Registry)

@@ -13,15 +13,19 @@ import (
 	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 )
 
-// fakeClaimAPI is an in-memory API server for claims: Get answers from claims, ApplyStatus
-// records what was applied (after failing with the queued errors, one per call).
+// fakeClaimAPI is an in-memory API server for claims: Get answers from claims (after failing
+// with the queued getErrs, one per call), ApplyStatus records what was applied (after failing
+// with the queued errors, one per call).
 type fakeClaimAPI struct {
 	mu       sync.Mutex
 	claims   map[string]*resourceapi.ResourceClaim // by namespace/name
 	getErr   error
+	getErrs  []error // returned first, one per Get call
+	gets     int
 	applyErr []error
 	applied  []*resourceac.ResourceClaimApplyConfiguration
 	calls    int
+	onApply  func()        // when set, called at the start of every ApplyStatus call
 	changed  chan struct{} // closed and replaced on every ApplyStatus call
 }
 
@@ -36,6 +40,12 @@ func newFakeClaimAPI(claims ...*resourceapi.ResourceClaim) *fakeClaimAPI {
 func (f *fakeClaimAPI) Get(_ context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.gets++
+	if len(f.getErrs) > 0 {
+		err := f.getErrs[0]
+		f.getErrs = f.getErrs[1:]
+		return nil, err
+	}
 	if f.getErr != nil {
 		return nil, f.getErr
 	}
@@ -47,6 +57,9 @@ func (f *fakeClaimAPI) Get(_ context.Context, namespace, name string) (*resource
 }
 
 func (f *fakeClaimAPI) ApplyStatus(_ context.Context, claim *resourceac.ResourceClaimApplyConfiguration) error {
+	if f.onApply != nil {
+		f.onApply()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++

@@ -19,36 +19,50 @@ const healthCheckTimeout = 30 * time.Second
 
 // deviceHealth tracks which GPUs are unhealthy and wakes watchers on every change.
 type deviceHealth struct {
-	mu        sync.Mutex
-	bad       map[string]gpu.HealthEvent // by GPU UUID; absent = healthy
-	changed   chan struct{}              // closed and replaced on every change
-	updatedAt map[string]time.Time
+	mu      sync.Mutex
+	bad     map[string]gpu.HealthEvent // by GPU UUID; absent = healthy
+	changed chan struct{}              // closed and replaced on every change
+	// transitionAt is, by GPU UUID, when the GPU last went from healthy to unhealthy or back
+	// (absent: never, in this process): the Healthy condition's lastTransitionTime.
+	transitionAt map[string]time.Time
 }
 
 func newDeviceHealth() *deviceHealth {
-	return &deviceHealth{bad: map[string]gpu.HealthEvent{}, changed: make(chan struct{}), updatedAt: map[string]time.Time{}}
+	return &deviceHealth{bad: map[string]gpu.HealthEvent{}, changed: make(chan struct{}), transitionAt: map[string]time.Time{}}
 }
 
-// set records an event; it reports whether the device's health changed.
-func (h *deviceHealth) set(ev gpu.HealthEvent, now time.Time) bool {
+// set records an event; changed reports whether the device's health changed (a new reason of an
+// unhealthy GPU too), transition whether it went from healthy to unhealthy or back.
+func (h *deviceHealth) set(ev gpu.HealthEvent, now time.Time) (changed, transition bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	old, wasBad := h.bad[ev.UUID]
 	if ev.Healthy {
 		if !wasBad {
-			return false
+			return false, false
 		}
 		delete(h.bad, ev.UUID)
 	} else {
 		if wasBad && old == ev {
-			return false
+			return false, false
 		}
 		h.bad[ev.UUID] = ev
 	}
-	h.updatedAt[ev.UUID] = now
+	transition = wasBad == ev.Healthy
+	if transition {
+		h.transitionAt[ev.UUID] = now
+	}
 	close(h.changed)
 	h.changed = make(chan struct{})
-	return true
+	return true, transition
+}
+
+// lastTransition is when the GPU last went from healthy to unhealthy or back; false if never.
+func (h *deviceHealth) lastTransition(uuid string) (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	at, ok := h.transitionAt[uuid]
+	return at, ok
 }
 
 func (h *deviceHealth) unhealthy(uuid string) (gpu.HealthEvent, bool) {
@@ -65,20 +79,29 @@ func (h *deviceHealth) watch() <-chan struct{} {
 }
 
 // runHealthEvents consumes the GPU source's health events until ctx ends: it records them,
-// asks for the ResourceSlice to be published again (taints; retried until it succeeds) and
-// wakes WatchHealthStatus streams.
+// asks for the ResourceSlice to be published again (taints; retried until it succeeds), wakes
+// WatchHealthStatus streams, counts the transitions and hands the change to the claims on the
+// GPU (healthstatus.go), which never holds up the next event.
 func (d *Driver) runHealthEvents(ctx context.Context, events <-chan gpu.HealthEvent) {
 	logger := klog.FromContext(ctx)
+	d.initTransitionCounts()
+	notices := newHealthNotices()
+	go d.runHealthNotices(ctx, notices)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case ev := <-events:
-			if !d.health.set(ev, d.now()) {
+			changed, transition := d.health.set(ev, d.now())
+			if !changed {
 				continue
 			}
 			logger.Info("GPU health changed", "uuid", ev.UUID, "healthy", ev.Healthy, "fatal", ev.Fatal, "reason", ev.Reason)
 			d.requestPublish()
+			if transition {
+				d.countTransition(ev)
+			}
+			notices.add(healthNotice{event: ev, transition: transition})
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -118,16 +119,23 @@ func (d *Driver) attributes(logger klog.Logger, g gpu.Device) map[resourceapi.Qu
 	addVersion("driverVersion", v, err)
 	v, err = semverFromCUDA(g.CUDADriverVersion)
 	addVersion("cudaDriverVersion", v, err)
+	// The driver-local numaNode is deprecated in favour of the standard one below (contract
+	// §2); it stays for the claims and constraints that name it.
 	if g.NUMANode != nil {
 		attrs["numaNode"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(*g.NUMANode))}
 	}
-	if g.PCIBusID != "" && d.deps.PCIeRoot != nil {
-		if root, err := d.deps.PCIeRoot(g.PCIBusID); err == nil {
-			attrs[root.Name] = root.Value
+	addStandard := func(what string, resolve func(string) (deviceattribute.DeviceAttribute, error)) {
+		if g.PCIBusID == "" || resolve == nil {
+			return
+		}
+		if a, err := resolve(g.PCIBusID); err == nil {
+			attrs[a.Name] = a.Value
 		} else {
-			logger.V(4).Info("No PCIe root attribute", "device", DeviceName(g.Index), "err", err)
+			logger.V(4).Info("No "+what+" attribute", "device", DeviceName(g.Index), "err", err)
 		}
 	}
+	addStandard("PCIe root", d.deps.PCIeRoot)
+	addStandard("standard NUMA node", d.deps.NUMANode)
 	return attrs
 }
 

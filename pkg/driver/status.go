@@ -51,6 +51,9 @@ type statusWriter struct {
 	mu       sync.Mutex
 	pending  map[string]*statusUpdate // by claim UID
 	written  map[string][32]byte      // by claim UID: the last content written (times left out)
+	// inflight are the claims (UIDs) whose write is under way: what lands may differ from
+	// written, so an update is not compared with it meanwhile.
+	inflight map[string]struct{}
 	// processed, when set (tests), is called after each update was written, dropped or put
 	// back for a retry.
 	processed func()
@@ -70,7 +73,7 @@ func newStatusWriter(api ClaimAPI, node string, now func() time.Time, m *metrics
 	return &statusWriter{
 		api: api, manager: contract.DeviceFieldManagerPrefix + node, now: now, metrics: m,
 		retryMin: statusRetryMin, retryMax: statusRetryMax, kick: make(chan struct{}, 1),
-		pending: map[string]*statusUpdate{}, written: map[string][32]byte{},
+		pending: map[string]*statusUpdate{}, written: map[string][32]byte{}, inflight: map[string]struct{}{},
 	}
 }
 
@@ -82,10 +85,12 @@ func (w *statusWriter) enqueue(claim *resourceapi.ResourceClaim, devices []*reso
 	digest := statusDigest(devices)
 	uid := string(claim.UID)
 	w.mu.Lock()
-	if last, ok := w.written[uid]; ok && last == digest {
-		delete(w.pending, uid)
-		w.mu.Unlock()
-		return // already there: a repeated Prepare of a claim costs no write
+	if _, busy := w.inflight[uid]; !busy {
+		if last, ok := w.written[uid]; ok && last == digest {
+			delete(w.pending, uid)
+			w.mu.Unlock()
+			return // already there: a repeated Prepare of a claim costs no write
+		}
 	}
 	w.pending[uid] = &statusUpdate{namespace: claim.Namespace, name: claim.Name, uid: claim.UID, devices: devices, digest: digest}
 	w.mu.Unlock()
@@ -149,16 +154,29 @@ func (w *statusWriter) writeDue(ctx context.Context, logger klog.Logger) time.Ti
 		}
 		if due != nil {
 			delete(w.pending, string(due.uid))
+			w.inflight[string(due.uid)] = struct{}{}
 		}
 		w.mu.Unlock()
-		if due == nil || ctx.Err() != nil {
+		if due == nil {
+			return next
+		}
+		if ctx.Err() != nil {
+			w.landed(due)
 			return next
 		}
 		w.write(ctx, logger, due)
+		w.landed(due)
 		if w.processed != nil {
 			w.processed()
 		}
 	}
+}
+
+// landed ends the update's write: later updates of the claim compare with written again.
+func (w *statusWriter) landed(u *statusUpdate) {
+	w.mu.Lock()
+	delete(w.inflight, string(u.uid))
+	w.mu.Unlock()
 }
 
 // write applies one update and decides what a failure means.
@@ -255,7 +273,7 @@ func (d *Driver) preparedStatus(claim *resourceapi.ResourceClaim, prepared check
 			WithReason(contract.DeviceReasonPrepared).WithMessage(msg).WithLastTransitionTime(now).
 			WithObservedGeneration(claim.Generation)
 		out = append(out, deviceStatus(d.cfg.DriverName, dev.Pool, dev.Device, dev.ShareID).
-			WithConditions(cond).WithData(runtime.RawExtension{Raw: raw}))
+			WithConditions(d.withHealthCondition(cond, dev.GPUUUID, claim.Generation)...).WithData(runtime.RawExtension{Raw: raw}))
 	}
 	return out
 }

@@ -11,8 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	metaac "k8s.io/client-go/applyconfigurations/meta/v1"
 	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
@@ -206,5 +208,48 @@ func TestDeviceStatusNotWrittenAfterUnprepare(t *testing.T) {
 	prepare(t, d, apiClaim("other", uidClaimB, result("gpu", "gpu-0", "1Gi", "1")))
 	if applied := api.waitApplied(t, 1); len(applied) != 1 || *applied[0].Name != "other" {
 		t.Errorf("writes %d, first to %s; want only the claim still prepared", len(applied), *applied[0].Name)
+	}
+}
+
+// TestDeviceStatusBackToAnEarlierContent: an update that brings a claim's status back to what
+// was written before (a GPU that recovers: Healthy=True again) is written although it equals
+// that content, when it comes while a write of other content (Healthy=False) is under way —
+// that write lands after it was queued, and the claim would stay unhealthy.
+func TestDeviceStatusBackToAnEarlierContent(t *testing.T) {
+	api := newFakeClaimAPI()
+	w := newStatusWriter(api, "node-1", time.Now, newTestDriver(t).dra)
+	claim := apiClaim("share", uidClaimA, result("gpu", "gpu-1", "10Gi", "30"))
+	status := func(healthy metav1.ConditionStatus) []*resourceac.AllocatedDeviceStatusApplyConfiguration {
+		return []*resourceac.AllocatedDeviceStatusApplyConfiguration{deviceStatus(contract.DefaultDriverName, "node-1", "gpu-1", shareA).
+			WithConditions(metaac.Condition().WithType(contract.DeviceConditionHealthy).WithStatus(healthy).WithReason("R").WithMessage("m"))}
+	}
+	w.enqueue(claim, status(metav1.ConditionTrue))
+	w.writeDue(t.Context(), klog.Background())
+
+	inWrite, release := make(chan struct{}), make(chan struct{})
+	api.onApply = func() {
+		inWrite <- struct{}{}
+		<-release
+	}
+	w.enqueue(claim, status(metav1.ConditionFalse))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.writeDue(t.Context(), klog.Background())
+	}()
+	<-inWrite                                      // Healthy=False is being written
+	w.enqueue(claim, status(metav1.ConditionTrue)) // and the GPU recovered meanwhile
+	close(release)
+	go func() {
+		for range inWrite {
+		}
+	}()
+	<-done
+	close(inWrite)
+	api.onApply = nil
+	applied := api.waitApplied(t, 2)
+	last := applied[len(applied)-1].Status.Devices[0].Conditions[0]
+	if len(applied) != 3 || *last.Status != metav1.ConditionTrue {
+		t.Errorf("%d writes, the last Healthy=%s; want 3, the last True", len(applied), *last.Status)
 	}
 }

@@ -45,7 +45,16 @@ type DRAMetrics struct {
 	StaleClaimStops    *metrics.Counter
 	ClaimStatusWrites  *metrics.CounterVec
 	SlicePublishErrors *metrics.Counter
+	// GPUHealthTransitions counts the GPUs' changes between healthy and unhealthy, by the
+	// state changed to (HealthTransitionUnhealthy, HealthTransitionHealthy).
+	GPUHealthTransitions *metrics.CounterVec
 }
+
+// States a GPU's health changed to (label "to" of gpu_health_transitions_total).
+const (
+	HealthTransitionUnhealthy = "unhealthy"
+	HealthTransitionHealthy   = "healthy"
+)
 
 // NewDRAMetrics creates the metrics and registers them on reg.
 func NewDRAMetrics(reg metrics.KubeRegistry) *DRAMetrics {
@@ -90,7 +99,12 @@ func NewDRAMetrics(reg metrics.KubeRegistry) *DRAMetrics {
 			Help:           "Failed attempts to hand the ResourceSlice to the helper; each is retried with backoff.",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		GPUHealthTransitions: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace: Namespace, Name: "gpu_health_transitions_total",
+			Help:           "Changes of a GPU's health between healthy and unhealthy that this plugin saw, by the state changed to (to: unhealthy, healthy).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"gpu_uuid", "device", "to"}),
 	}
-	reg.MustRegister(m.HelperErrors, m.ReconciledClaims, m.ReconcileErrors, m.StaleClaimsInUse, m.StaleClaimsHeld, m.StaleClaimStops, m.ClaimStatusWrites, m.SlicePublishErrors)
+	reg.MustRegister(m.HelperErrors, m.ReconciledClaims, m.ReconcileErrors, m.StaleClaimsInUse, m.StaleClaimsHeld, m.StaleClaimStops, m.ClaimStatusWrites, m.SlicePublishErrors, m.GPUHealthTransitions)
 	return m
 }

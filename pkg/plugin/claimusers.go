@@ -34,15 +34,25 @@ type claimUsers struct {
 
 var _ driver.ClaimUsers = (*claimUsers)(nil)
 
-// claimUsers builds the view for an ownership term; its events go out until ctx ends.
-func (p *Plugin) claimUsers(ctx context.Context, layout claimdir.Layout, cgroups *registry.CgroupHierarchy) *claimUsers {
+// pluginEvents starts the recorder of the kubelet plugin's own events on pods for an ownership
+// term; its events go out until ctx ends. Nil without an API client.
+func (p *Plugin) pluginEvents(ctx context.Context) *podevents.Recorder {
+	if p.deps.KubeClient == nil {
+		return nil
+	}
+	events := podevents.NewFor(p.deps.KubeClient, p.cfg.NodeName, podevents.PluginComponent)
+	context.AfterFunc(ctx, events.Shutdown)
+	return events
+}
+
+// claimUsers builds the view for an ownership term; its Warning events go through events (none
+// when nil).
+func (p *Plugin) claimUsers(layout claimdir.Layout, cgroups *registry.CgroupHierarchy, events *podevents.Recorder) *claimUsers {
 	u := &claimUsers{layout: layout, cgroups: cgroups}
 	if p.nri != nil {
 		u.cache = p.nri.plugin.Cache()
 	}
-	if p.deps.KubeClient != nil {
-		events := podevents.NewFor(p.deps.KubeClient, p.cfg.NodeName, podevents.PluginComponent)
-		context.AfterFunc(ctx, events.Shutdown)
+	if events != nil {
 		u.warn = events.WarnPod
 	}
 	return u

@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-dra/vgpu-dra/pkg/claimdir"
 	"github.com/vgpu-dra/vgpu-dra/pkg/contract"
 	"github.com/vgpu-dra/vgpu-dra/pkg/driver"
+	"github.com/vgpu-dra/vgpu-dra/pkg/enforce/podevents"
 	"github.com/vgpu-dra/vgpu-dra/pkg/gpu"
 	"github.com/vgpu-dra/vgpu-dra/pkg/metrics"
 )
@@ -38,6 +39,8 @@ type driverParts struct {
 	atStep func(driver.Step)
 	// users are the containers that run with the claims (Deps.Users).
 	users driver.ClaimUsers
+	// events raises the plugin's events on pods (Deps.Events); nil without an API client.
+	events *podevents.Recorder
 }
 
 // newDriver installs libvgpu.so into the state dir (VGPUSupport), builds the CDI writer and
@@ -72,22 +75,51 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 		return nil, err
 	}
 	var pcieRoot func(string) (deviceattribute.DeviceAttribute, error)
+	numaNode := knownNUMANodes(parts.devices)
 	if !parts.simulated {
 		pcieRoot = func(busID string) (deviceattribute.DeviceAttribute, error) {
 			return deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
 		}
+		numaNode = func(busID string) (deviceattribute.DeviceAttribute, error) {
+			return deviceattribute.GetNUMANodeAttributeByPCIBusID(busID, deviceattribute.ScalarAttribute)
+		}
+	}
+	var events driver.PodEvents
+	if parts.events != nil { // not a typed nil in the interface
+		events = parts.events
 	}
 	d, err := driver.New(driver.Config{
 		DriverName: cfg.DriverName, NodeName: cfg.NodeName, MemoryReserve: cfg.MemoryReserve,
 		VGPU: cfg.VGPU, BootID: parts.bootID, GPUInjection: cfg.GPUInjection, StaleInUse: cfg.StaleClaimContainers,
+		HealthCheck: cfg.HealthCheck,
 	}, driver.Deps{
 		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
-		Paths: parts.paths, PCIeRoot: pcieRoot, NewUUID: func() string { return string(uuid.NewUUID()) },
+		Paths: parts.paths, PCIeRoot: pcieRoot, NUMANode: numaNode, NewUUID: func() string { return string(uuid.NewUUID()) },
 		Quarantine: parts.quarantine, OnFatal: parts.onFatal, Claims: parts.claims, AtStep: parts.atStep, DRAMetrics: parts.dra,
-		Users: parts.users,
+		Users: parts.users, Events: events,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build the driver: %w", err)
 	}
 	return d, nil
+}
+
+// knownNUMANodes gives the standard numaNode attribute of the NUMA nodes the GPU source
+// reported: simulated GPUs have made-up PCI addresses, so their NUMA nodes come from the
+// source's own table (the same as the driver-local numaNode), never from this host's sysfs.
+// The scalar form: the list form needs DRAListTypeAttributes in the cluster.
+func knownNUMANodes(devices []gpu.Device) func(string) (deviceattribute.DeviceAttribute, error) {
+	byBusID := map[string]int{}
+	for _, g := range devices {
+		if g.NUMANode != nil {
+			byBusID[g.PCIBusID] = *g.NUMANode
+		}
+	}
+	return func(busID string) (deviceattribute.DeviceAttribute, error) {
+		node, ok := byBusID[busID]
+		if !ok {
+			return deviceattribute.DeviceAttribute{}, fmt.Errorf("NUMA node of PCI device %s unknown", busID)
+		}
+		return deviceattribute.GetNUMANodeAttribute(node, deviceattribute.ScalarAttribute)
+	}
 }

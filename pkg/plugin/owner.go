@@ -83,11 +83,12 @@ func (p *Plugin) becomeOwner(lock *instancelock.Lock, nriIndex, event string) (f
 	} else {
 		logger.Error(err, "No cgroup hierarchy: the enforcer does not run, and the reconciliation cannot tell which per-claim claims still have containers, nor stop any")
 	}
+	events := p.pluginEvents(ctx)
 	if t.driver, err = newDriver(ctx, cfg, layout, driverParts{
 		devices: p.devices, store: t.store, metrics: p.metrics, dra: p.dra, paths: p.claimPaths(), quarantine: quarantine,
 		simulated: isSimulated(p.gpus), bootID: bootID, onFatal: p.fail,
 		claims: newKubeClaims(cmp.Or(p.deps.BackgroundClient, p.deps.KubeClient), cfg.NodeName), atStep: p.deps.AtStep,
-		users: p.claimUsers(ctx, layout, t.cgroups),
+		users: p.claimUsers(layout, t.cgroups, events), events: events,
 	}); err != nil {
 		return err
 	}

@@ -39,6 +39,13 @@ func TestDRAFeatures(t *testing.T) {
 		runExamples(t, gpus)
 	})
 
+	// A pod that asked through the extended resource, on a GPU that fails and recovers: the
+	// Warning event and the claim's Healthy condition, then the recovery (health_test.go). Both
+	// GPUs are still free: the pod takes one whole.
+	t.Run("health-on-the-extended-resource-path", func(t *testing.T) {
+		healthOnTheExtendedResourcePath(t, gpus)
+	})
+
 	// Two tenants share gpu-0 (15Gi and 30 % each) while a monitoring pod with admin access
 	// reaches the same GPU without a share: all three run at once.
 	var shareClaim *resourceapi.ResourceClaim
@@ -227,19 +234,7 @@ func TestDRAFeatures(t *testing.T) {
 // waitPluginEvent waits for the kubelet plugin's Warning event with this reason on the pod.
 func waitPluginEvent(t *testing.T, pod, reason, text string) {
 	t.Helper()
-	eventually(t, defaultTimeout, fmt.Sprintf("event %s on %s", reason, pod), func() (bool, error) {
-		l, err := kube.CoreV1().Events(featNS).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range l.Items {
-			if e.Reason == reason && e.Type == corev1.EventTypeWarning && e.Source.Component == "vgpu-dra-kubelet-plugin" && strings.Contains(e.Message, text) {
-				t.Logf("event on %s: %s %s", pod, e.Reason, e.Message)
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("%d events on %s, none %s", len(l.Items), pod, reason)
-	})
+	waitPluginEventOfType(t, featNS, pod, corev1.EventTypeWarning, reason, text)
 }
 
 // pinnedClaim asks for a share of the GPU with the given NVML index (memory "" for no capacity).
@@ -258,7 +253,9 @@ func pinnedClaim(name, memory string, cores int64, index int) *resourceapi.Resou
 	return c
 }
 
-// twoGPUClaim asks for two shares on two different GPUs of one NUMA node.
+// twoGPUClaim asks for two shares on two different GPUs of one NUMA node, by the deprecated
+// driver-local numaNode: the claims written before the standard name existed keep working
+// (multi-gpu.yaml uses the standard resource.kubernetes.io/numaNode).
 func twoGPUClaim(name, first, second string) *resourceapi.ResourceClaim {
 	req := func(reqName, memory string) resourceapi.DeviceRequest {
 		return resourceapi.DeviceRequest{Name: reqName, Exactly: &resourceapi.ExactDeviceRequest{
@@ -319,7 +316,8 @@ func waitReady(t *testing.T, claim string) resourceapi.AllocatedDeviceStatus {
 			return false, err
 		}
 		for _, d := range c.Status.Devices {
-			if d.Driver == driverName && len(d.Conditions) == 1 && d.Conditions[0].Type == "Ready" && d.Conditions[0].Status == metav1.ConditionTrue {
+			// Ready first; Healthy follows it (contract §3).
+			if d.Driver == driverName && len(d.Conditions) > 0 && d.Conditions[0].Type == "Ready" && d.Conditions[0].Status == metav1.ConditionTrue {
 				st = d
 				return true, nil
 			}

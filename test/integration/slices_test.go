@@ -83,6 +83,14 @@ func TestResourceSliceContent(t *testing.T) {
 	if d.Attributes["numaNode"].IntValue == nil {
 		t.Error("numaNode missing for a simulated GPU with a NUMA node")
 	}
+	// The standard name carries the same node as the deprecated local one, from the simulated
+	// source's table: the examples constrain on it.
+	for _, dev := range s.Spec.Devices {
+		std, local := dev.Attributes["resource.kubernetes.io/numaNode"].IntValue, dev.Attributes["numaNode"].IntValue
+		if std == nil || local == nil || *std != *local {
+			t.Errorf("%s: resource.kubernetes.io/numaNode %v, want the local numaNode %v", dev.Name, std, local)
+		}
+	}
 	for _, dev := range s.Spec.Devices {
 		if _, ok := dev.Attributes["resource.kubernetes.io/pcieRoot"]; ok {
 			t.Errorf("simulated %s has a pcieRoot: its made-up PCI address was resolved in this host's sysfs", dev.Name)

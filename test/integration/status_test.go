@@ -13,7 +13,7 @@ import (
 )
 
 // waitDeviceStatus waits until the claim's status.devices holds an entry of this node for the
-// device whose Ready condition has the wanted status, and returns it.
+// device whose Ready condition (the first) has the wanted status, and returns it.
 func (n *node) waitDeviceStatus(c *resourceapi.ResourceClaim, device string, ready metav1.ConditionStatus) resourceapi.AllocatedDeviceStatus {
 	n.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -23,7 +23,8 @@ func (n *node) waitDeviceStatus(c *resourceapi.ResourceClaim, device string, rea
 			n.t.Fatal(err)
 		}
 		for _, d := range got.Status.Devices {
-			if d.Driver == driverName && d.Pool == nodeName && d.Device == device && len(d.Conditions) == 1 && d.Conditions[0].Status == ready {
+			if d.Driver == driverName && d.Pool == nodeName && d.Device == device && len(d.Conditions) > 0 &&
+				d.Conditions[0].Type == contract.DeviceConditionReady && d.Conditions[0].Status == ready {
 				return d
 			}
 		}

@@ -46,11 +46,17 @@ func (r *Recorder) Warn(t enforce.Target, reason, message string) {
 
 // WarnPod raises a Warning event on the pod; none without its name and UID.
 func (r *Recorder) WarnPod(namespace, pod, podUID, reason, message string) {
+	r.PodEvent(namespace, pod, podUID, corev1.EventTypeWarning, reason, message)
+}
+
+// PodEvent raises an event of eventType (corev1.EventTypeWarning or EventTypeNormal) on the
+// pod; none without its name and UID.
+func (r *Recorder) PodEvent(namespace, pod, podUID, eventType, reason, message string) {
 	if podUID == "" || pod == "" {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: pod, UID: types.UID(podUID)}
-	r.recorder.Event(ref, corev1.EventTypeWarning, reason, message)
+	r.recorder.Event(ref, eventType, reason, message)
 }
 
 // Shutdown stops the broadcaster.

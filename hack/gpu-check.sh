@@ -29,7 +29,10 @@ mkdir -p "$root/etc/vgpu-dra/registry" "$root/etc/vgpu-dra/config" "$root/tmp/.v
 	"$root/etc/vgpu-dra/config/pids.config" 0 &
 registry=$!
 cleanup() {
-	kill "$registry" 2>/dev/null || true
+	# scripted_registry_main serves from a child of its own, which outlives it: stop both.
+	local kids=()
+	{ read -ra kids <"/proc/$registry/task/$registry/children"; } 2>/dev/null || true
+	kill "${kids[@]}" "$registry" 2>/dev/null || true
 	wait "$registry" 2>/dev/null || true
 	rm -rf "$root"
 }

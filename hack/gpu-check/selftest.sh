@@ -6,7 +6,7 @@
 # allowance (not its request), and the pair's containers follow their own limits. The bounds
 # are wide (a factor of 2 and more from what a wrong file would give); nothing else is timed.
 #
-#   hack/gpu-check/selftest.sh          (about 15 s; not part of make test)
+#   hack/gpu-check/selftest.sh          (about 25 s; not part of make test)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 python3 "$here/torch_shapes.py" --selftest

@@ -7,7 +7,8 @@
 #
 # Uses libvgpu-test.so (the shipped library plus VGPU_TEST_ROOT) with a temporary container
 # root and the suite's scripted registry, so it needs neither the kubelet plugin nor, but for the
-# enforcer's check (a cgroup of its own), root.
+# enforcer's check (a cgroup of its own), root. Where python3 has torch with CUDA, it then runs
+# issue 26's compute measures with PyTorch (hack/gpu-check/torch-measures.sh); else it says SKIP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-_output/library}
@@ -29,7 +30,10 @@ mkdir -p "$root/etc/vgpu-dra/registry" "$root/etc/vgpu-dra/config" "$root/tmp/.v
 	"$root/etc/vgpu-dra/config/pids.config" 0 &
 registry=$!
 cleanup() {
-	kill "$registry" 2>/dev/null || true
+	# scripted_registry_main serves from a child of its own, which outlives it: stop both.
+	local kids=()
+	{ read -ra kids <"/proc/$registry/task/$registry/children"; } 2>/dev/null || true
+	kill "${kids[@]}" "$registry" 2>/dev/null || true
 	wait "$registry" 2>/dev/null || true
 	rm -rf "$root"
 }
@@ -114,4 +118,12 @@ for target in 30 60; do
 	awk -v f="$full" -v g="$got" -v t="$target" 'BEGIN {
 		u = 100 * g / f; printf "target %d%%: %.1f%% (error %+.1f pp, includes start-up)\n", t, u, u - t }'
 done
+
+# Issue 26's workload shapes, pair, latency and burst with PyTorch (hack/gpu-check/; about 3 min).
+if why=$(python3 -c 'import torch; assert torch.cuda.is_available(), "torch.cuda.is_available() is False"' 2>&1); then
+	hack/gpu-check/torch-measures.sh "$lib" "$build/test/scripted_registry_main" "$uuid" || fail=1
+else
+	echo "SKIP PyTorch measures: $(tail -n 1 <<<"$why")"
+fi
+echo "gpu-check: ${SECONDS} s (budget 8 min)"
 exit $fail

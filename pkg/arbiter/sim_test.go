@@ -190,9 +190,14 @@ func share(class Class, req, ceil float64, demand func(float64) float64) *simSha
 // 30 and ceiling 100 keeps ≥ 90 % busy; when a guaranteed neighbour with request 70 starts, it is
 // back at its request within 300 ms, and the neighbour has its 70.
 func TestBurstReachesTheCeilingAndComesBack(t *testing.T) {
-	for _, class := range []Class{Guaranteed, BestEffort} {
-		t.Run(string(class), func(t *testing.T) {
+	for _, tc := range []struct {
+		class Class
+		wake  bool
+	}{{Guaranteed, false}, {BestEffort, false}, {Guaranteed, true}, {BestEffort, true}} {
+		class := tc.class
+		t.Run(fmt.Sprintf("%s/wake=%v", class, tc.wake), func(t *testing.T) {
 			s := newSim(share(class, 30, 100, always(100)), share(Guaranteed, 70, 70, from(5, 100)))
+			s.wake = tc.wake
 			s.run(10)
 			if alone := s.mean(0, 1, 5); alone < 90 {
 				t.Errorf("alone, the burster kept %.1f%% busy, want ≥ 90", alone)

@@ -155,10 +155,30 @@ func pluginEventCount(t *testing.T, ns, pod, reason string) int32 {
 }
 
 // deleteFeatPodAndClaim deletes the pod and waits until its extended-resource claim, which the
-// scheduler made for it, is gone: the GPU is free for the next subtest.
+// scheduler made for it, is gone from the API server and unprepared on the node (its CDI spec
+// removed): the GPU is free for the next subtest, whose Prepare would otherwise find it
+// overcommitted and wait for the kubelet's back-off.
 func deleteFeatPodAndClaim(t *testing.T, name string) {
 	t.Helper()
 	ctx := context.Background()
+	var uids []string
+	if l, err := kube.ResourceV1().ResourceClaims(featNS).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, c := range l.Items {
+			if isClaimOf(c, name) {
+				uids = append(uids, string(c.UID))
+			}
+		}
+	}
+	defer func() {
+		eventually(t, defaultTimeout, "the claims of pod "+name+" unprepared on the node", func() (bool, error) {
+			for _, uid := range uids {
+				if specs, _ := filepathGlob("/var/run/cdi/" + driverName + "-claim_" + uid + ".json"); len(specs) > 0 {
+					return false, fmt.Errorf("CDI spec %v still there", specs)
+				}
+			}
+			return true, nil
+		})
+	}()
 	zero := metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}
 	if err := kube.CoreV1().Pods(featNS).Delete(ctx, name, zero); err != nil && !apierrors.IsNotFound(err) {
 		t.Error(err)

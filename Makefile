@@ -111,7 +111,7 @@ fuzz-long:
 ## make cluster-bins on first use). Figures: docs/performance.md.
 BENCH_OUT := $(OUTPUT)/bench
 bench:
-	@rm -f $(BENCH_OUT)/go.txt $(BENCH_OUT)/compare.txt
+	@rm -f $(BENCH_OUT)/go.txt $(BENCH_OUT)/compare.txt $(BENCH_OUT)/library.txt
 	$(MAKE) --no-print-directory bench-go bench-library
 	BENCH_COMPARE_NO_SUMMARY=1 hack/bench-compare.sh
 	@$(MAKE) --no-print-directory bench-summary
@@ -131,10 +131,11 @@ bench-compare:
 bench-throughput:
 	BENCH_COMPARE_SELECT='^BenchmarkPodThroughput$$' hack/bench-compare.sh
 
-## bench-summary: the targets table from the last bench-go and bench-compare outputs.
+## bench-summary: the targets table from the last bench-go, bench-library and bench-compare outputs
+## (the library's start-up bench prints its figures as a `go test -bench` line too).
 bench-summary:
 	@echo; echo "== performance targets (hack/bench-targets.txt) =="
-	@cd hack/tools && $(GO) run ./cmd/benchsummary -targets ../bench-targets.txt $(BENCH_OUT)/go.txt $(BENCH_OUT)/compare.txt
+	@cd hack/tools && $(GO) run ./cmd/benchsummary -targets ../bench-targets.txt $(BENCH_OUT)/go.txt $(BENCH_OUT)/library.txt $(BENCH_OUT)/compare.txt
 
 ## gpu-check-bins: what hack/gpu-check.sh runs, built here for a GPU machine without Go: the
 ## library suite's gpu_check and the enforcer's GPU test binary, in $(LIBRARY_BUILD).
@@ -145,10 +146,13 @@ gpu-check-bins:
 
 bench-library:
 	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build $(LIBRARY_BUILD) -j2 --target bench_overhead test_core_shared_sim
+	cmake --build $(LIBRARY_BUILD) -j2 --target bench_overhead test_core_shared_sim bench_startup
 	$(LIBRARY_BUILD)/test/bench_overhead
 	@echo
 	$(LIBRARY_BUILD)/test/test_core_shared_sim bench
+	@echo
+	@mkdir -p $(BENCH_OUT)
+	set -o pipefail; $(LIBRARY_BUILD)/test/bench_startup | tee $(BENCH_OUT)/library.txt
 
 clean:
 	rm -rf $(OUTPUT)

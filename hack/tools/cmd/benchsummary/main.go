@@ -1,4 +1,5 @@
-// Command benchsummary reads the output of `go test -bench` runs and prints one table of every
+// Command benchsummary reads the output of `go test -bench` runs (and of the library's
+// start-up bench, which prints its figures as one line in that format) and prints one table of every
 // performance target (make bench): the baseline the benchmark measured in the same run, our
 // figure, their ratio, the target and PASS or MISS. The targets are listed in one file,
 // hack/bench-targets.txt.

@@ -40,6 +40,35 @@ func TestParseBench(t *testing.T) {
 	}
 }
 
+// The library's start-up bench (library/test/bench_startup.c): its own table, whose rows start
+// with a round number, then one line in the format of go test -bench.
+const libraryOutput = `round                    wall s  cuInit p50 ms  cuInit max ms     ctx p50 ms   attempts       not OK no connect
+1     driver alone        0.381           2.61         238.44           0.08
+1     library             0.508          78.34         202.28           0.04        300            0          0
+300 processes at once, first fork to last exit (median): driver alone 0.173 s, library 0.508 s (2.93x); target <= 5 s: PASS
+BenchmarkLibraryStartup300 1 0.508 wall-s 0.173 driver-wall-s 126.00 retries/round
+`
+
+func TestParseBenchReadsTheLibraryLine(t *testing.T) {
+	res := results{}
+	if err := parseBench(strings.NewReader(libraryOutput), res); err != nil {
+		t.Fatal(err)
+	}
+	want := results{
+		"BenchmarkLibraryStartup300 wall-s":        {0.508},
+		"BenchmarkLibraryStartup300 driver-wall-s": {0.173},
+		"BenchmarkLibraryStartup300 retries/round": {126},
+	}
+	if len(res) != len(want) {
+		t.Errorf("read %v, want only %v", res, want)
+	}
+	for key, v := range want {
+		if got := res[key]; len(got) != 1 || got[0] != v[0] {
+			t.Errorf("%s = %v, want %v", key, got, v)
+		}
+	}
+}
+
 func TestSummarise(t *testing.T) {
 	targets, err := parseTargets(strings.NewReader(`# comment
 Prepare p50 | BenchmarkCompare | prepare-p50-x | <= 1.0 x | prepare-p50-test prepare-p50-ours ms

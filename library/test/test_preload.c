@@ -296,7 +296,8 @@ static int count_lines(const char *path)
 
 static void test_routes(void)
 {
-	const char *routes[] = { "linked", "dlsym", "default", "next", "oldsym", "procaddr" };
+	const char *routes[] = { "linked", "dlsym", "default", "next", "oldsym", "vsymdefault", "vsymnext",
+				 "procaddr" };
 	struct root r;
 	root_setup(&r, "OK");
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {

@@ -1,6 +1,6 @@
 /* A CUDA "application" for the preload tests, linked against the fake driver like a
  * program linked with -lcuda. Commands:
- *   routes <linked|dlsym|default|next|oldsym|procaddr>  resolve every hooked entry point
+ *   routes <linked|dlsym|default|next|oldsym|vsymdefault|vsymnext|procaddr>  resolve every hooked entry point
  *        through one route, check it is libvgpu's hook for exactly that variant, then check
  *        the limit through the resolved functions
  *   init                 cuInit and nvmlInit_v2 results
@@ -133,6 +133,11 @@ static void *resolve(const char *route, void *handle, const char *name, void *li
 		return dlsym(RTLD_NEXT, name);
 	if (strcmp(route, "oldsym") == 0)
 		return old_dlsym(handle, name);
+	/* a versioned lookup of a hooked name answers like dlsym */
+	if (strcmp(route, "vsymdefault") == 0)
+		return dlvsym(RTLD_DEFAULT, name, "CUDA_1");
+	if (strcmp(route, "vsymnext") == 0)
+		return dlvsym(RTLD_NEXT, name, "GLIBC_2.34");
 	return NULL;
 }
 
@@ -245,11 +250,19 @@ static int cmd_routes(const char *route)
 		__typeof__(&cuMemCreate) create = resolve(route, cuda, "cuMemCreate", (void *)&cuMemCreate);
 		if (create(&h, limit_bytes() + MiB, &prop, 0) != CUDA_ERROR_OUT_OF_MEMORY)
 			FAIL("%s cuMemCreate over the limit was not refused", route);
-		/* a name that is not hooked resolves to the driver */
+		/* a name that is not hooked resolves to the driver (by dlvsym: as glibc answers, which
+		 * finds no unversioned definition by version) */
 		void *sync = resolve(route, cuda, "cuCtxSynchronize", (void *)&cuCtxSynchronize);
 		Dl_info info;
-		if (sync == NULL || dladdr(sync, &info) == 0 || strstr(info.dli_fname, "libcuda") == NULL)
+		int vsym = strncmp(route, "vsym", 4) == 0;
+		if (vsym && sync != NULL)
+			FAIL("%s cuCtxSynchronize: glibc's dlvsym finds no unversioned name, ours answered %p", route, sync);
+		if (!vsym && (sync == NULL || dladdr(sync, &info) == 0 || strstr(info.dli_fname, "libcuda") == NULL))
 			FAIL("%s cuCtxSynchronize must resolve to the driver", route);
+		/* by version in the driver's handle: the hook where glibc finds the name, never the driver */
+		void *byver = dlvsym(cuda, "cuMemAlloc_v2", "GLIBC_2.2.5");
+		if (byver != NULL && byver != resolve(route, cuda, "cuMemAlloc_v2", (void *)&cuMemAlloc_v2))
+			FAIL("%s dlvsym(libcuda, cuMemAlloc_v2) reached the driver", route);
 	}
 	printf("%s\n", failures ? "routes FAILED" : "routes ok");
 	return failures ? 1 : 0;

@@ -60,6 +60,21 @@ expect "allocation over the limit refused" "$out" "alloc limit+1MiB: 2"
 expect "allocation within the limit" "$out" "alloc limit/2: 0"
 expect "NVML reports the limit" "$out" "nvmlDeviceGetMemoryInfo: total ${limit_mib} MiB"
 
+echo "== CUDA arrays, device heap and stack count (contract §9)"
+out=$(env "${vgpu_env[@]}" "$check" counts $limit_mib)
+echo "$out"
+expect "array over the limit refused" "$out" "array over the limit = 2"
+expect "array within the limit" "$out" "array of limit/2 = 0"
+limit_half=$((limit_mib / 2 + 1))
+limit_quarter=$((limit_mib / 4))
+expect "array held: no room for limit/2 + 1 MiB more" "$out" "array held: alloc $limit_half MiB = 2"
+expect "array destroyed: room again" "$out" "array destroyed: alloc $limit_quarter MiB = 0"
+expect "heap over the limit refused" "$out" "heap 2 x limit = 2"
+expect "heap held: no room for limit/2 + 1 MiB more" "$out" "heap limit/2: alloc $limit_half MiB = 2"
+expect "heap lowered: room again" "$out" "heap 1 MiB: alloc $limit_quarter MiB = 0"
+expect "stack over the limit refused" "$out" "stack 64 KiB = 2"
+expect "stack lowered: room again" "$out" "stack 1 KiB: alloc $limit_quarter MiB = 0"
+
 echo "== refusal without the container's configuration"
 out=$(env "${vgpu_env[@]}" VGPU_TEST_ROOT=/nonexistent "$check" info $limit_mib 2>&1)
 expect "cuInit refused with a message" "$out" "refusing to run CUDA"

@@ -1,17 +1,24 @@
 /* In-process record of what the hooks accounted, so that a free knows what to give back:
- * device pointers and VMM allocation handles (bytes and device index), and VMM mappings
- * (address -> the handle mapped there and the mapping's size). */
+ * device pointers, CUDA arrays, VMM allocation handles and a context's heap and stack (bytes
+ * and device index), and VMM mappings (address -> the handle mapped there and the mapping's
+ * size). */
 #ifndef VGPU_ALLOC_MAP_H
 #define VGPU_ALLOC_MAP_H
 
 #include <stdint.h>
 
-enum vgpu_alloc_kind { VGPU_ALLOC_PTR = 0, VGPU_ALLOC_VMM_HANDLE = 1, VGPU_ALLOC_VMM_MAPPING = 2 };
+enum vgpu_alloc_kind {
+	VGPU_ALLOC_PTR = 0,
+	VGPU_ALLOC_VMM_HANDLE = 1,
+	VGPU_ALLOC_VMM_MAPPING = 2,
+	VGPU_ALLOC_ARRAY = 3,     /* CUDA arrays and mipmapped arrays, by handle */
+	VGPU_ALLOC_CTX_LIMIT = 4, /* a context's device heap or stack (cuCtxSetLimit) */
+};
 
 struct vgpu_alloc {
-	uint64_t bytes;  /* PTR, VMM_HANDLE: bytes accounted; VMM_MAPPING: the mapping's size */
+	uint64_t bytes;  /* PTR, ARRAY, CTX_LIMIT, VMM_HANDLE: bytes accounted; VMM_MAPPING: the mapping's size */
 	uint64_t handle; /* VMM_MAPPING: the allocation handle mapped there */
-	int32_t dev;     /* PTR, VMM_HANDLE: the config position the bytes are accounted on */
+	int32_t dev;     /* PTR, ARRAY, CTX_LIMIT, VMM_HANDLE: the config position the bytes are accounted on */
 	uint32_t refs;   /* VMM_HANDLE: the application's references (cuMemCreate, cuMemRetainAllocationHandle) */
 	uint32_t maps;   /* VMM_HANDLE: its mappings (cuMemMap) */
 	uint32_t pad;

@@ -1,5 +1,7 @@
-/* The library's dlsym: the route by which a statically linked CUDA runtime (which
- * dlopen()s libcuda.so.1) and NVML users reach the driver.
+/* The library's dlsym and dlvsym: the routes by which a statically linked CUDA runtime
+ * (which dlopen()s libcuda.so.1) and NVML users reach the driver. dlvsym answers exactly
+ * as dlsym does (the driver's symbols carry no versions: any version finds them), so that
+ * a versioned lookup of a hooked name is no way around the hooks.
  *
  *  - Only names shaped like cu[A-Z]... or nvml[A-Z]... are looked at. For a hooked name the
  *    hook is returned: always for RTLD_DEFAULT and RTLD_NEXT (libvgpu exports it), and for
@@ -46,7 +48,51 @@ VGPU_EARLY __attribute__((visibility("hidden"), used)) void *vgpu_dlsym_answer(v
 	return vgpu_libc_dlsym(handle, name) != NULL ? vgpu_hooks[id].hook : NULL;
 }
 
+/* dlvsym's answer: the same, with the handle's lookup done by version. */
+VGPU_EARLY __attribute__((visibility("hidden"), used)) void *vgpu_dlvsym_answer(void *handle, const char *name,
+										 const char *version)
+{
+	if (name == NULL || !looks_like_driver_symbol(name))
+		return FORWARD;
+	int id = vgpu_hook_find(name);
+	if (id < 0)
+		return FORWARD;
+	if (handle == RTLD_NEXT || handle == RTLD_DEFAULT)
+		return vgpu_hooks[id].hook;
+	return vgpu_libc_dlvsym(handle, name, version) != NULL ? vgpu_hooks[id].hook : NULL;
+}
+
 #if defined(__x86_64__)
+/* dlvsym(handle, name, version): as dlsym below, with a third argument to keep. */
+__asm__(".text\n"
+	".globl dlvsym\n"
+	".type dlvsym, @function\n"
+	"dlvsym:\n"
+#ifdef __CET__
+	"	endbr64\n"
+#endif
+	"	push %rdi\n"
+	"	push %rsi\n"
+	"	push %rdx\n" /* three pushes: 16-byte alignment for the calls */
+	"	call vgpu_dlvsym_answer\n"
+	"	cmp $1, %rax\n"
+	"	je 1f\n"
+	"	pop %rdx\n"
+	"	pop %rsi\n"
+	"	pop %rdi\n"
+	"	ret\n"
+	"1:	call vgpu_libc_dlvsym_fn\n"
+	"	mov %rax, %r11\n"
+	"	pop %rdx\n"
+	"	pop %rsi\n"
+	"	pop %rdi\n"
+	"	test %r11, %r11\n"
+	"	jz 2f\n"
+	"	jmp *%r11\n"
+	"2:	xor %eax, %eax\n"
+	"	ret\n"
+	".size dlvsym, .-dlvsym\n");
+
 /* dlsym(handle, name): ask vgpu_dlsym_answer; on FORWARD restore the arguments and jump
  * to the next dlsym with the caller's return address still on the stack. */
 __asm__(".text\n"
@@ -97,7 +143,7 @@ VGPU_EARLY static int is_vdso(const struct link_map *m)
 /* glibc's RTLD_NEXT for a given caller: the first definition in the objects after the
  * caller's. Known difference: an object dlopen()ed RTLD_LOCAL after the caller is
  * considered here, where glibc skips it. */
-VGPU_EARLY static void *next_after(const void *caller, const char *name)
+VGPU_EARLY static void *next_after(const void *caller, const char *name, const char *version)
 {
 	struct link_map *self = object_of(caller);
 	for (struct link_map *m = self ? self->l_next : NULL; m != NULL; m = m->l_next) {
@@ -106,7 +152,7 @@ VGPU_EARLY static void *next_after(const void *caller, const char *name)
 		void *h = dlopen(m->l_name, RTLD_LAZY | RTLD_NOLOAD);
 		if (h == NULL)
 			continue;
-		void *p = vgpu_libc_dlsym(h, name);
+		void *p = version ? vgpu_libc_dlvsym(h, name, version) : vgpu_libc_dlsym(h, name);
 		struct link_map *owner = p ? object_of(p) : NULL;
 		if (dlclose(h) != 0) {
 			/* still loaded: it was loaded before we looked */
@@ -114,7 +160,7 @@ VGPU_EARLY static void *next_after(const void *caller, const char *name)
 		if (p != NULL && owner == m)
 			return p;
 	}
-	return vgpu_libc_dlsym(RTLD_NEXT, name);
+	return version ? vgpu_libc_dlvsym(RTLD_NEXT, name, version) : vgpu_libc_dlsym(RTLD_NEXT, name);
 }
 
 #pragma GCC diagnostic ignored "-Wnonnull-compare"
@@ -124,6 +170,15 @@ VGPU_EARLY __attribute__((visibility("default"))) void *dlsym(void *handle, cons
 	void *answer = vgpu_dlsym_answer(handle, name);
 	if (answer != FORWARD)
 		return answer;
-	return handle == RTLD_NEXT ? next_after(caller, name) : vgpu_libc_dlsym(handle, name);
+	return handle == RTLD_NEXT ? next_after(caller, name, NULL) : vgpu_libc_dlsym(handle, name);
+}
+
+VGPU_EARLY __attribute__((visibility("default"))) void *dlvsym(void *handle, const char *name, const char *version)
+{
+	const void *caller = __builtin_return_address(0);
+	void *answer = vgpu_dlvsym_answer(handle, name, version);
+	if (answer != FORWARD)
+		return answer;
+	return handle == RTLD_NEXT ? next_after(caller, name, version) : vgpu_libc_dlvsym(handle, name, version);
 }
 #endif

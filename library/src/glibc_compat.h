@@ -30,14 +30,16 @@ __asm__(".symver dlopen, dlopen@" VGPU_GLIBC_BASE);
 __asm__(".symver dlclose, dlclose@" VGPU_GLIBC_BASE);
 __asm__(".symver dlerror, dlerror@" VGPU_GLIBC_BASE);
 __asm__(".symver dladdr1, dladdr1@" VGPU_GLIBC_DL_EXT);
-__asm__(".symver dlvsym, dlvsym@" VGPU_GLIBC_BASE);
 
-/* The library defines its own dlsym (dlsym_hook.c), and an unversioned definition wins
- * the dynamic lookup of every versioned dlsym reference, our own included. libc's dlsym
- * is therefore fetched with dlvsym(RTLD_NEXT) by version (GLIBC_2.34 in libc.so.6, the
- * base version in libdl.so.2 before) -- see real_dlsym.c. */
+/* The library defines its own dlsym and dlvsym (dlsym_hook.c), and an unversioned
+ * definition wins the dynamic lookup of every versioned reference, our own included.
+ * libc's dlvsym is therefore read from the loaded objects' symbol tables, and libc's dlsym
+ * fetched with it by version (GLIBC_2.34 in libc.so.6, the base version in libdl.so.2
+ * before) -- see real_dlsym.c. The library calls no dl* function that it defines. */
 void *vgpu_libc_dlsym(void *handle, const char *name);
 void *vgpu_libc_dlsym_fn(void);
+void *vgpu_libc_dlvsym(void *handle, const char *name, const char *version);
+void *vgpu_libc_dlvsym_fn(void);
 
 /* dlsym runs before anything else is set up: a sanitizer runtime calls it from its own
  * initialisation, before its shadow memory exists. The dlsym path is never instrumented. */

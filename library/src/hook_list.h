@@ -30,10 +30,21 @@
 	X(cuMemMap, cuMemMap, 10020, 0)                                     \
 	X(cuMemUnmap, cuMemUnmap, 10020, 0)                                 \
 	X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0) \
+	X(cuArrayCreate, cuArrayCreate, 2000, 0)                            \
+	X(cuArrayCreate_v2, cuArrayCreate, 3020, 0)                         \
+	X(cuArray3DCreate, cuArray3DCreate, 2000, 0)                        \
+	X(cuArray3DCreate_v2, cuArray3DCreate, 3020, 0)                     \
+	X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0)          \
+	X(cuArrayDestroy, cuArrayDestroy, 2000, 0)                          \
+	X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0)        \
+	X(cuCtxSetLimit, cuCtxSetLimit, 3010, 0)                            \
 	X(cuMemFree, cuMemFree, 2000, 0)                                    \
 	X(cuMemFree_v2, cuMemFree, 3020, 0)                                 \
 	X(cuMemFreeAsync, cuMemFreeAsync, 11020, 0)                         \
 	X(cuMemFreeAsync_ptsz, cuMemFreeAsync, 11020, 1)                    \
+	X(cuLaunch, cuLaunch, 2000, 0)                                      \
+	X(cuLaunchGrid, cuLaunchGrid, 2000, 0)                              \
+	X(cuLaunchGridAsync, cuLaunchGridAsync, 2000, 0)                    \
 	X(cuLaunchKernel, cuLaunchKernel, 4000, 0)                          \
 	X(cuLaunchKernel_ptsz, cuLaunchKernel, 7000, 1)                     \
 	X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0)    \
@@ -60,6 +71,7 @@
 	X(cuDeviceGetCount)    \
 	X(cuDeviceGetUuid)     \
 	X(cuCtxGetCurrent)     \
+	X(cuDeviceGetAttribute) \
 	X(cuStreamIsCapturing) \
 	X(cuStreamSynchronize) \
 	X(cuEventCreate)       \

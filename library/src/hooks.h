@@ -36,10 +36,22 @@ VGPU_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmem
 			      unsigned long long flags);
 VGPU_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 VGPU_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+VGPU_EXPORT CUresult cuArrayCreate(CUarray *handle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc);
+VGPU_EXPORT CUresult cuArrayCreate_v2(CUarray *handle, const CUDA_ARRAY_DESCRIPTOR *desc);
+VGPU_EXPORT CUresult cuArray3DCreate(CUarray *handle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc);
+VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc);
+VGPU_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc,
+					    unsigned int numMipmapLevels);
+VGPU_EXPORT CUresult cuArrayDestroy(CUarray handle);
+VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray handle);
+VGPU_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value);
 VGPU_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr);
 VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr);
 VGPU_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
 VGPU_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
+VGPU_EXPORT CUresult cuLaunch(CUfunction f);
+VGPU_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height);
+VGPU_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream stream);
 VGPU_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
 				    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
 				    CUstream stream, void **params, void **extra);
@@ -76,6 +88,7 @@ CUresult cuCtxGetDevice(CUdevice *dev);
 CUresult cuDeviceGetCount(int *count);
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 CUresult cuCtxGetCurrent(CUcontext *ctx);
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status);
 CUresult cuStreamSynchronize(CUstream stream);
 CUresult cuEventCreate(CUevent *event, unsigned int flags);

@@ -28,6 +28,41 @@ static inline uint64_t grid_blocks(unsigned int gx, unsigned int gy, unsigned in
 LAUNCH_HOOK(cuLaunchKernel)
 LAUNCH_HOOK(cuLaunchKernel_ptsz)
 
+/* The legacy launches (before CUDA 4.0, still exported): cuLaunch runs one block, the grid
+ * variants width x height blocks. A width or height below 1 is refused by the driver; it is
+ * charged as 1 here. */
+static inline uint64_t legacy_blocks(int w, int h)
+{
+	return (uint64_t)(w > 0 ? w : 1) * (uint64_t)(h > 0 ? h : 1);
+}
+
+CUresult cuLaunch(CUfunction f)
+{
+	REAL_OR_FAIL(real, cuLaunch);
+	CUresult r = vgpu_core_gate(1);
+	if (r != CUDA_SUCCESS)
+		return r;
+	return real(f);
+}
+
+CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
+{
+	REAL_OR_FAIL(real, cuLaunchGrid);
+	CUresult r = vgpu_core_gate(legacy_blocks(grid_width, grid_height));
+	if (r != CUDA_SUCCESS)
+		return r;
+	return real(f, grid_width, grid_height);
+}
+
+CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream stream)
+{
+	REAL_OR_FAIL(real, cuLaunchGridAsync);
+	CUresult r = vgpu_core_gate(legacy_blocks(grid_width, grid_height));
+	if (r != CUDA_SUCCESS)
+		return r;
+	return real(f, grid_width, grid_height, stream);
+}
+
 #define COOP_HOOK(name)                                                                               \
 	CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,    \
 		      unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void **params) \

@@ -1,10 +1,10 @@
 #!/bin/sh
-# The library exports exactly dlsym and the hooks of src/hook_list.h (version script), and
+# The library exports exactly dlsym, dlvsym and the hooks of src/hook_list.h (version script), and
 # nothing runs at load time (no constructors / init arrays of its own).
 set -eu
 so="$1"
 list="$2"
-want=$( { echo dlsym; sed -n '/^#define VGPU_CUDA_HOOKS/,/^$/p; /^#define VGPU_NVML_HOOKS/,/^$/p' "$list" |
+want=$( { echo dlsym; echo dlvsym; sed -n '/^#define VGPU_CUDA_HOOKS/,/^$/p; /^#define VGPU_NVML_HOOKS/,/^$/p' "$list" |
 	grep -oE '^[[:space:]]*X\((cu|nvml)[A-Za-z0-9_]+' | sed 's/.*X(//'; } | sort)
 have=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^$' | sort)
 if [ "$want" != "$have" ]; then

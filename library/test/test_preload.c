@@ -4,7 +4,7 @@
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
  *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm|asyncfree|
- *                 ledgerlock|truncate|wake|allowance> */
+ *                 ledgerlock|truncate|wake|allowance|arrays|ctxlimits|legacylaunch> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -296,7 +296,8 @@ static int count_lines(const char *path)
 
 static void test_routes(void)
 {
-	const char *routes[] = { "linked", "dlsym", "default", "next", "oldsym", "procaddr" };
+	const char *routes[] = { "linked", "dlsym", "default", "next", "oldsym", "vsymdefault", "vsymnext",
+				 "procaddr" };
 	struct root r;
 	root_setup(&r, "OK");
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
@@ -1011,6 +1012,97 @@ static void test_asyncfree(void)
 	}
 }
 
+/* What the device held at most: the limit must hold on the device, not only in the ledger. */
+static void check_peak(struct root *r, const char *what)
+{
+	struct fake_state *fs = map_fake(r);
+	CHECK(fs != NULL && fs->peak[0] <= 256 * MiB, "%s: the device held %llu MiB for a 256 MiB limit", what,
+	      fs ? (unsigned long long)(fs->peak[0] / MiB) : 0ull);
+	if (fs)
+		munmap(fs, sizeof(*fs));
+}
+
+/* CUDA arrays (cudaMallocArray, textures) take device memory: over the limit they are refused,
+ * while one is held the rest of the limit is what is left, and destroying it gives it back. */
+static void test_arrays(void)
+{
+	static const char *const variants[] = { "2d", "2d_v1", "3d", "3d_v1", "mipmapped" };
+	struct root r;
+	root_setup(&r, "OK");
+	struct run res;
+	run(&r, LIBVGPU_TEST, PROBE("arrays"), NULL, &res);
+	CHECK(res.status == 0, "arrays: exit %d\n%s%s", res.status, res.out, res.err);
+	for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+		const char *v = variants[i];
+		char want[4][96];
+		snprintf(want[0], sizeof(want[0]), "%s over the limit = 2\n", v);
+		snprintf(want[1], sizeof(want[1]), "%s half = 0\n", v);
+		snprintf(want[2], sizeof(want[2]), "%s held: alloc 200 MiB = 2\n", v);
+		snprintf(want[3], sizeof(want[3]), "%s destroyed: alloc 200 MiB = 0\n", v);
+		for (int k = 0; k < 4; k++)
+			CHECK(strstr(res.out, want[k]) != NULL, "%s: want \"%s\" in\n%s%s", v, want[k], res.out, res.err);
+	}
+	check_peak(&r, "arrays");
+	root_teardown(&r);
+}
+
+/* cuCtxSetLimit: the device heap is charged its size, the stack its size per resident thread
+ * (the fake device holds 16 x 2048); past the limit the call is refused, a smaller value later
+ * gives the difference back. */
+static void test_ctxlimits(void)
+{
+	static const char *const want[] = {
+		"set heap 512 MiB = 2\n", "heap 512 MiB: alloc 200 MiB = 0\n",
+		"set heap 128 MiB = 0\n", "heap 128 MiB: alloc 200 MiB = 2\n",
+		"set heap 16 MiB = 0\n", "heap 16 MiB: alloc 200 MiB = 0\n",
+		"set stack 16 KiB = 2\n", /* 512 MiB of stacks */
+		"set stack 4 KiB = 0\n", "stack 4 KiB: alloc 200 MiB = 2\n", /* 128 MiB + the heap */
+		"set stack 1 KiB = 0\n", "stack 1 KiB: alloc 200 MiB = 0\n", /* 32 MiB + 16 MiB + 200 MiB */
+	};
+	struct root r;
+	root_setup(&r, "OK");
+	struct run res;
+	run(&r, LIBVGPU_TEST, PROBE("limits"), NULL, &res);
+	CHECK(res.status == 0, "limits: exit %d\n%s%s", res.status, res.out, res.err);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		CHECK(strstr(res.out, want[i]) != NULL, "want \"%s\" in\n%s%s", want[i], res.out, res.err);
+	check_peak(&r, "limits");
+	root_teardown(&r);
+}
+
+/* The legacy launch entry points are throttled like cuLaunchKernel (see corelimit). */
+static void test_legacylaunch(void)
+{
+	static const struct { const char *via, *blocks, *ns_per_block; } cases[] = {
+		{ "grid", "1000", "FAKE_NS_PER_BLOCK=1000" },
+		{ "gridasync", "1000", "FAKE_NS_PER_BLOCK=1000" },
+		{ "legacy", "1", "FAKE_NS_PER_BLOCK=1000000" }, /* cuLaunch runs one block */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct root r;
+		root_setup_config(&r, "OK", CFG_NRI CFG_GPU0(268435456, 30));
+		struct run res;
+		const char *env[] = { "CUDA_CORE_LIMIT_0=30", cases[i].ns_per_block, NULL };
+		run(&r, LIBVGPU_TEST, PROBE("launch", "2", (char *)cases[i].blocks, (char *)cases[i].via), env, &res);
+		struct fake_state *fs = map_fake(&r);
+		double elapsed = 0;
+		char *at = strstr(res.out, "elapsed=");
+		if (at)
+			elapsed = atof(at + 8);
+		CHECK(res.status == 0 && fs && elapsed > 0, "%s: %d %s %s", cases[i].via, res.status, res.out, res.err);
+		if (fs && elapsed > 0) {
+			double util = 100.0 * (double)fs->busy_total_ns[0] / (elapsed * 1e9);
+			printf("legacylaunch %s: limit 30%%, fake GPU busy %.1f%% over %.1f s (informational)\n", cases[i].via,
+			       util, elapsed);
+			CHECK(util < 80, "%s: a 30%% core limit left the GPU %.0f%% busy: launches were not throttled",
+			      cases[i].via, util);
+		}
+		if (fs)
+			munmap(fs, sizeof(*fs));
+		root_teardown(&r);
+	}
+}
+
 /* finish, but a program still running after limit_s is a hang: killed and reported. */
 static void finish_within(struct root *r, pid_t pid, const char *tag, int limit_s, struct run *res)
 {
@@ -1138,7 +1230,8 @@ int main(int argc, char **argv)
 		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork }, { "stdin", test_stdin },
 		{ "vmm", test_vmm }, { "asyncfree", test_asyncfree },
 		{ "ledgerlock", test_ledgerlock }, { "truncate", test_truncate }, { "wake", test_wake },
-		{ "allowance", test_allowance },
+		{ "allowance", test_allowance }, { "arrays", test_arrays }, { "ctxlimits", test_ctxlimits },
+		{ "legacylaunch", test_legacylaunch },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

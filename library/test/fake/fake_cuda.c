@@ -2,6 +2,7 @@
  * plus what the test programs need (contexts, synchronisation). Device memory is host
  * memory; usage is recorded per process in the shared state (fake_state.h); a launch
  * occupies the device for blocks * FAKE_NS_PER_BLOCK ns, serialised like one GPU. The
+ * CUDA arrays, the device heap and the threads' stacks take memory like allocations. The
  * virtual memory API is in fake_vmm.c, streams, events and stream-ordered frees in
  * fake_stream.c. */
 #include <stdint.h>
@@ -335,6 +336,123 @@ API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CU
 API CUresult cuMemFree_v2(CUdeviceptr dptr) { return fake_free_key(dptr); }
 API CUresult cuMemFree(CUdeviceptr_v1 dptr) { return fake_free_key(dptr); }
 
+/* CUDA arrays hold width x height x depth x element bytes (mip levels summed), laid out
+ * without padding in this fake; the handle is the allocation's key. */
+static uint64_t fake_elem(CUarray_format f)
+{
+	switch (f) {
+	case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
+	case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: return 2;
+	case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT: return 4;
+	default: return 0;
+	}
+}
+
+static CUresult fake_array(uint64_t w, uint64_t h, uint64_t d, CUarray_format f, unsigned ch, unsigned levels,
+			   uint64_t *key)
+{
+	CUresult r = need_ctx();
+	if (r != CUDA_SUCCESS)
+		return r;
+	uint64_t elem = fake_elem(f) * ch, bytes = 0;
+	if (w == 0 || elem == 0 || (ch != 1 && ch != 2 && ch != 4) || levels == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < levels; i++) {
+		bytes += w * (h ? h : 1) * (d ? d : 1) * elem;
+		w = w > 1 ? w / 2 : 1;
+		h = h > 1 ? h / 2 : h;
+		d = d > 1 ? d / 2 : d;
+	}
+	return fake_alloc_on(current_dev, bytes, key, 0);
+}
+
+API CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+	uint64_t key;
+	CUresult r = fake_array(d->Width, d->Height, 0, d->Format, d->NumChannels, 1, &key);
+	if (r == CUDA_SUCCESS)
+		*a = (CUarray)(uintptr_t)key;
+	return r;
+}
+API CUresult cuArrayCreate(CUarray *a, const CUDA_ARRAY_DESCRIPTOR_v1 *d)
+{
+	CUDA_ARRAY_DESCRIPTOR d2 = { d->Width, d->Height, d->Format, d->NumChannels };
+	return cuArrayCreate_v2(a, &d2);
+}
+API CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+	uint64_t key;
+	CUresult r = fake_array(d->Width, d->Height, d->Depth, d->Format, d->NumChannels, 1, &key);
+	if (r == CUDA_SUCCESS)
+		*a = (CUarray)(uintptr_t)key;
+	return r;
+}
+API CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR_v1 *d)
+{
+	CUDA_ARRAY3D_DESCRIPTOR d2 = { d->Width, d->Height, d->Depth, d->Format, d->NumChannels, d->Flags };
+	return cuArray3DCreate_v2(a, &d2);
+}
+API CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
+{
+	uint64_t key;
+	CUresult r = fake_array(d->Width, d->Height, d->Depth, d->Format, d->NumChannels, levels, &key);
+	if (r == CUDA_SUCCESS)
+		*a = (CUmipmappedArray)(uintptr_t)key;
+	return r;
+}
+API CUresult cuArrayDestroy(CUarray a) { return fake_free_key((uint64_t)(uintptr_t)a); }
+API CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) { return fake_free_key((uint64_t)(uintptr_t)a); }
+
+/* A device of FAKE_SM_COUNT SMs of FAKE_THREADS_PER_SM threads each. */
+#define FAKE_SM_COUNT 16
+#define FAKE_THREADS_PER_SM 2048
+
+API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice ordinal)
+{
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (fake_device_of(ordinal) < 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (attr == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+		*pi = FAKE_SM_COUNT;
+	else if (attr == CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
+		*pi = FAKE_THREADS_PER_SM;
+	else
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+/* The device heap and the stack of every resident thread are device memory, held from the
+ * cuCtxSetLimit that sizes them (one context per device in this fake). */
+static uint64_t limit_held[FAKE_MAX_DEV][2];
+
+API CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+	CUresult r = need_ctx();
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (limit == CU_LIMIT_PRINTF_FIFO_SIZE)
+		return CUDA_SUCCESS;
+	if (limit != CU_LIMIT_MALLOC_HEAP_SIZE && limit != CU_LIMIT_STACK_SIZE)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t want = limit == CU_LIMIT_STACK_SIZE ? (uint64_t)value * FAKE_SM_COUNT * FAKE_THREADS_PER_SM : value;
+	uint64_t *held = &limit_held[current_dev][limit == CU_LIMIT_MALLOC_HEAP_SIZE];
+	struct fake_state *s = fake_state();
+	fake_lock();
+	uint64_t used = 0;
+	for (int i = 0; i < FAKE_MAX_PROCS; i++)
+		if (s->procs[i].pid != 0 && (s->procs[i].pid == getpid() || fake_pid_alive(s->procs[i].pid)))
+			used += s->procs[i].used[current_dev];
+	if (want > *held && used + (want - *held) > s->total[current_dev]) {
+		fake_unlock();
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	fake_charge(current_dev, (int64_t)want - (int64_t)*held);
+	*held = want;
+	fake_unlock();
+	return CUDA_SUCCESS;
+}
+
 static uint64_t ns_per_block(void)
 {
 	static int64_t v = -1;
@@ -371,6 +489,14 @@ static CUresult launch(uint64_t blocks)
 }
 
 #define BLOCKS(gx, gy, gz) ((uint64_t)(gx) * (gy) * (gz))
+
+API CUresult cuLaunch(CUfunction f) { (void)f; return launch(1); }
+API CUresult cuLaunchGrid(CUfunction f, int w, int h)
+{
+	(void)f;
+	return w > 0 && h > 0 ? launch(BLOCKS(w, h, 1)) : CUDA_ERROR_INVALID_VALUE;
+}
+API CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream st) { (void)st; return cuLaunchGrid(f, w, h); }
 
 API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 			    unsigned bz, unsigned sh, CUstream st, void **pa, void **ex)
@@ -457,10 +583,22 @@ static const struct proc_entry proc_table[] = {
 	E(cuMemMap, cuMemMap, 10020, 0),
 	E(cuMemUnmap, cuMemUnmap, 10020, 0),
 	E(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0),
+	E(cuArrayCreate, cuArrayCreate, 2000, 0),
+	E(cuArrayCreate, cuArrayCreate_v2, 3020, 0),
+	E(cuArray3DCreate, cuArray3DCreate, 2000, 0),
+	E(cuArray3DCreate, cuArray3DCreate_v2, 3020, 0),
+	E(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0),
+	E(cuArrayDestroy, cuArrayDestroy, 2000, 0),
+	E(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0),
+	E(cuCtxSetLimit, cuCtxSetLimit, 3010, 0),
+	E(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, 0),
 	E(cuMemFree, cuMemFree, 2000, 0),
 	E(cuMemFree, cuMemFree_v2, 3020, 0),
 	E(cuMemFreeAsync, cuMemFreeAsync, 11020, 0),
 	E(cuMemFreeAsync, cuMemFreeAsync_ptsz, 11020, 1),
+	E(cuLaunch, cuLaunch, 2000, 0),
+	E(cuLaunchGrid, cuLaunchGrid, 2000, 0),
+	E(cuLaunchGridAsync, cuLaunchGridAsync, 2000, 0),
 	E(cuLaunchKernel, cuLaunchKernel, 4000, 0),
 	E(cuLaunchKernel, cuLaunchKernel_ptsz, 7000, 1),
 	E(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 0),

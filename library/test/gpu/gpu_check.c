@@ -8,6 +8,9 @@
  *   context <unused>          what the driver charges this process with a context and a loaded
  *                             module and no allocation, as NVML reports it: the node-side
  *                             enforcer's slack per process (contract §15)
+ *   counts <limit MiB>        a CUDA array (cudaMallocArray's driver call), the device heap and
+ *                             stack (cuCtxSetLimit) against the limit: over it refused, within
+ *                             it charged until destroyed or lowered (contract §9)
  *   bypass <MiB> <seconds>    a tenant around the library (threat-model.md, "dlvsym-libc-dlsym"):
  *                             libc's own dlsym through dlvsym, the driver's cuMemAlloc_v2 from
  *                             it, MiB allocated past any limit and held; prints bypass_alloc=<rc>
@@ -57,6 +60,9 @@ typedef CUresult cuModuleLoadData_t(CUmodule *, const void *);
 typedef CUresult cuModuleGetFunction_t(CUfunction *, CUmodule, const char *);
 typedef CUresult cuLaunchKernel_t(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 				  CUstream, void **, void **);
+typedef CUresult cuArrayCreate_v2_t(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+typedef CUresult cuArrayDestroy_t(CUarray);
+typedef CUresult cuCtxSetLimit_t(CUlimit, size_t);
 typedef nvmlReturn_t nvmlInit_v2_t(void);
 typedef nvmlReturn_t nvmlDeviceGetHandleByIndex_v2_t(unsigned, nvmlDevice_t *);
 typedef nvmlReturn_t nvmlDeviceGetMemoryInfo_t(nvmlDevice_t, nvmlMemory_t *);
@@ -153,6 +159,38 @@ int main(int argc, char **argv)
 		for (unsigned i = 0; i < n; i++)
 			if (procs[i].pid == (unsigned)getpid())
 				printf("context_bytes=%llu\n", procs[i].usedGpuMemory);
+	} else if (strcmp(argv[1], "counts") == 0) {
+		size_t limit = (size_t)strtoull(argv[2], NULL, 10) << 20;
+		cuMemAlloc_v2_t *alloc = SYM(cuda, cuMemAlloc_v2);
+		cuMemFree_v2_t *release = SYM(cuda, cuMemFree_v2);
+		CUdeviceptr p;
+#define TRY_ALLOC(what, bytes)                                                          \
+	do {                                                                            \
+		CUresult ar = alloc(&p, bytes);                                         \
+		printf("%s: alloc %.0f MiB = %d\n", what, (double)(bytes) / MiB, ar); \
+		if (ar == CUDA_SUCCESS)                                                 \
+			release(p);                                                     \
+	} while (0)
+		/* float4 rows: 16 bytes an element; limit/2 is 8192 x limit/(2 x 131072) */
+		CUDA_ARRAY_DESCRIPTOR big = { 16384, 16384, CU_AD_FORMAT_FLOAT, 4 };
+		CUDA_ARRAY_DESCRIPTOR half = { 8192, limit / 2 / (8192 * 16), CU_AD_FORMAT_FLOAT, 4 };
+		CUarray a;
+		printf("array over the limit = %d (want 2)\n", SYM(cuda, cuArrayCreate_v2)(&a, &big));
+		r = SYM(cuda, cuArrayCreate_v2)(&a, &half);
+		printf("array of limit/2 = %d (want 0)\n", r);
+		TRY_ALLOC("array held", limit / 2 + (1 << 20));
+		if (r == CUDA_SUCCESS)
+			printf("array destroy = %d\n", SYM(cuda, cuArrayDestroy)(a));
+		TRY_ALLOC("array destroyed", limit / 4);
+		cuCtxSetLimit_t *set = SYM(cuda, cuCtxSetLimit);
+		printf("heap 2 x limit = %d (want 2)\n", set(CU_LIMIT_MALLOC_HEAP_SIZE, 2 * limit));
+		printf("heap limit/2 = %d (want 0)\n", set(CU_LIMIT_MALLOC_HEAP_SIZE, limit / 2));
+		TRY_ALLOC("heap limit/2", limit / 2 + (1 << 20));
+		printf("heap 1 MiB = %d (want 0)\n", set(CU_LIMIT_MALLOC_HEAP_SIZE, 1 << 20));
+		TRY_ALLOC("heap 1 MiB", limit / 4);
+		printf("stack 64 KiB = %d (want 2)\n", set(CU_LIMIT_STACK_SIZE, 64 << 10)); /* x every resident thread */
+		printf("stack 1 KiB = %d (want 0)\n", set(CU_LIMIT_STACK_SIZE, 1 << 10));
+		TRY_ALLOC("stack 1 KiB", limit / 4);
 	} else if (strcmp(argv[1], "bypass") == 0 && argc == 4) {
 		typedef void *dlsym_t(void *, const char *);
 		void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);

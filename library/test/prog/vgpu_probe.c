@@ -1,6 +1,6 @@
 /* A CUDA "application" for the preload tests, linked against the fake driver like a
  * program linked with -lcuda. Commands:
- *   routes <linked|dlsym|default|next|oldsym|procaddr>  resolve every hooked entry point
+ *   routes <linked|dlsym|default|next|oldsym|vsymdefault|vsymnext|procaddr>  resolve every hooked entry point
  *        through one route, check it is libvgpu's hook for exactly that variant, then check
  *        the limit through the resolved functions
  *   init                 cuInit and nvmlInit_v2 results
@@ -19,7 +19,12 @@
  *                        end: allocate <MiB> while it is queued, then let the stream go on and
  *                        allocate again (on a stream of its own, or the per-thread default
  *                        stream through the _ptsz entry points)
- *   launch <seconds> <blocks>  launch kernels back to back (core-limit measurement)
+ *   arrays               each CUDA array entry point: one over the limit, one of half the limit,
+ *                        an allocation while it is held, the destroy, an allocation after it
+ *   limits               cuCtxSetLimit's heap and stack sizes up and down, an allocation after each
+ *   launch <seconds> <blocks> [kernel|grid|gridasync|legacy]  launch kernels back to back
+ *                        (core-limit measurement) through cuLaunchKernel (the default) or a
+ *                        legacy entry point (cuLaunchGrid(blocks x 1), cuLaunchGridAsync, cuLaunch)
  *   wake <root>          the wake signal (contract §16): whether <root>'s core.wake was written
  *                        at the first launch, during back-to-back launches, at a graph launch
  *                        after an idle spell
@@ -86,7 +91,9 @@ static const struct { const char *name; void *linked; } cuda_names[] = {
 	N(cuMemGetInfo), N(cuMemGetInfo_v2), N(cuMemAlloc), N(cuMemAlloc_v2), N(cuMemAllocPitch),
 	N(cuMemAllocPitch_v2), N(cuMemAllocManaged), N(cuMemAllocAsync), N(cuMemAllocAsync_ptsz),
 	N(cuMemAllocFromPoolAsync), N(cuMemAllocFromPoolAsync_ptsz), N(cuMemCreate), N(cuMemRelease),
-	N(cuMemMap), N(cuMemUnmap), N(cuMemRetainAllocationHandle),
+	N(cuMemMap), N(cuMemUnmap), N(cuMemRetainAllocationHandle), N(cuArrayCreate), N(cuArrayCreate_v2),
+	N(cuArray3DCreate), N(cuArray3DCreate_v2), N(cuMipmappedArrayCreate), N(cuArrayDestroy),
+	N(cuMipmappedArrayDestroy), N(cuCtxSetLimit), N(cuLaunch), N(cuLaunchGrid), N(cuLaunchGridAsync),
 	N(cuMemFree), N(cuMemFree_v2), N(cuMemFreeAsync), N(cuMemFreeAsync_ptsz), N(cuLaunchKernel),
 	N(cuLaunchKernel_ptsz), N(cuLaunchCooperativeKernel), N(cuLaunchCooperativeKernel_ptsz),
 	N(cuLaunchKernelEx), N(cuLaunchKernelEx_ptsz), N(cuGraphLaunch), N(cuGraphLaunch_ptsz),
@@ -126,6 +133,11 @@ static void *resolve(const char *route, void *handle, const char *name, void *li
 		return dlsym(RTLD_NEXT, name);
 	if (strcmp(route, "oldsym") == 0)
 		return old_dlsym(handle, name);
+	/* a versioned lookup of a hooked name answers like dlsym */
+	if (strcmp(route, "vsymdefault") == 0)
+		return dlvsym(RTLD_DEFAULT, name, "CUDA_1");
+	if (strcmp(route, "vsymnext") == 0)
+		return dlvsym(RTLD_NEXT, name, "GLIBC_2.34");
 	return NULL;
 }
 
@@ -156,6 +168,16 @@ static const struct procaddr_case procaddr_cases[] = {
 	{ "cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2" },
 	{ "cuGetProcAddress", 11030, 0, "cuGetProcAddress" },
 	{ "cuInit", 12000, 0, "cuInit" },
+	{ "cuArrayCreate", 12000, 0, "cuArrayCreate_v2" },
+	{ "cuArrayCreate", 3000, 0, "cuArrayCreate" },
+	{ "cuArray3DCreate", 12000, 0, "cuArray3DCreate_v2" },
+	{ "cuMipmappedArrayCreate", 12000, 0, "cuMipmappedArrayCreate" },
+	{ "cuArrayDestroy", 12000, 0, "cuArrayDestroy" },
+	{ "cuMipmappedArrayDestroy", 12000, 0, "cuMipmappedArrayDestroy" },
+	{ "cuCtxSetLimit", 12000, 0, "cuCtxSetLimit" },
+	{ "cuLaunch", 12000, 0, "cuLaunch" },
+	{ "cuLaunchGrid", 12000, 0, "cuLaunchGrid" },
+	{ "cuLaunchGridAsync", 12000, 2, "cuLaunchGridAsync" },
 };
 
 static void check_limit(const char *route, __typeof__(&cuMemGetInfo_v2) info, __typeof__(&cuMemAlloc_v2) alloc,
@@ -228,11 +250,19 @@ static int cmd_routes(const char *route)
 		__typeof__(&cuMemCreate) create = resolve(route, cuda, "cuMemCreate", (void *)&cuMemCreate);
 		if (create(&h, limit_bytes() + MiB, &prop, 0) != CUDA_ERROR_OUT_OF_MEMORY)
 			FAIL("%s cuMemCreate over the limit was not refused", route);
-		/* a name that is not hooked resolves to the driver */
+		/* a name that is not hooked resolves to the driver (by dlvsym: as glibc answers, which
+		 * finds no unversioned definition by version) */
 		void *sync = resolve(route, cuda, "cuCtxSynchronize", (void *)&cuCtxSynchronize);
 		Dl_info info;
-		if (sync == NULL || dladdr(sync, &info) == 0 || strstr(info.dli_fname, "libcuda") == NULL)
+		int vsym = strncmp(route, "vsym", 4) == 0;
+		if (vsym && sync != NULL)
+			FAIL("%s cuCtxSynchronize: glibc's dlvsym finds no unversioned name, ours answered %p", route, sync);
+		if (!vsym && (sync == NULL || dladdr(sync, &info) == 0 || strstr(info.dli_fname, "libcuda") == NULL))
 			FAIL("%s cuCtxSynchronize must resolve to the driver", route);
+		/* by version in the driver's handle: the hook where glibc finds the name, never the driver */
+		void *byver = dlvsym(cuda, "cuMemAlloc_v2", "GLIBC_2.2.5");
+		if (byver != NULL && byver != resolve(route, cuda, "cuMemAlloc_v2", (void *)&cuMemAlloc_v2))
+			FAIL("%s dlvsym(libcuda, cuMemAlloc_v2) reached the driver", route);
 	}
 	printf("%s\n", failures ? "routes FAILED" : "routes ok");
 	return failures ? 1 : 0;
@@ -443,6 +473,73 @@ static int cmd_asyncfree(uint64_t mib, const char *variant)
 	return 0;
 }
 
+/* The array variants. big: far over a 256 MiB limit; half: 128 MiB (mipmapped: about 85 MiB, the
+ * levels of 4096 x 4096 floats summed), so that a 200 MiB allocation does not fit beside it. */
+static CUresult array_create(const char *v, int big, uint64_t *key)
+{
+	unsigned w = big ? 8192 : 4096;
+	if (strcmp(v, "2d") == 0) {
+		CUDA_ARRAY_DESCRIPTOR d = { w, big ? 8192 : 2048, CU_AD_FORMAT_FLOAT, 4 };
+		return cuArrayCreate_v2((CUarray *)key, &d);
+	}
+	if (strcmp(v, "2d_v1") == 0) {
+		CUDA_ARRAY_DESCRIPTOR_v1 d = { w, big ? 8192 : 2048, CU_AD_FORMAT_UNSIGNED_INT32, 4 };
+		return cuArrayCreate((CUarray *)key, &d);
+	}
+	if (strcmp(v, "3d") == 0) {
+		CUDA_ARRAY3D_DESCRIPTOR d = { 512, 512, big ? 4096 : 128, CU_AD_FORMAT_FLOAT, 1, 0 };
+		return cuArray3DCreate_v2((CUarray *)key, &d);
+	}
+	if (strcmp(v, "3d_v1") == 0) {
+		CUDA_ARRAY3D_DESCRIPTOR_v1 d = { 512, 512, big ? 2048 : 64, CU_AD_FORMAT_HALF, 4, 0 };
+		return cuArray3DCreate((CUarray *)key, &d);
+	}
+	CUDA_ARRAY3D_DESCRIPTOR d = { w, w, 0, CU_AD_FORMAT_FLOAT, big ? 4 : 1, 0 };
+	return cuMipmappedArrayCreate((CUmipmappedArray *)key, &d, 13);
+}
+
+static int cmd_arrays(void)
+{
+	static const char *const variants[] = { "2d", "2d_v1", "3d", "3d_v1", "mipmapped" };
+	setup();
+	for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+		const char *v = variants[i];
+		uint64_t key = 0;
+		char when[64];
+		printf("%s over the limit = %d\n", v, array_create(v, 1, &key));
+		CUresult r = array_create(v, 0, &key);
+		printf("%s half = %d\n", v, r);
+		snprintf(when, sizeof(when), "%s held", v);
+		say_alloc(when, 200 * MiB);
+		if (r == CUDA_SUCCESS)
+			printf("%s destroy = %d\n", v,
+			       strcmp(v, "mipmapped") == 0 ? cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)key)
+							   : cuArrayDestroy((CUarray)(uintptr_t)key));
+		snprintf(when, sizeof(when), "%s destroyed", v);
+		say_alloc(when, 200 * MiB);
+	}
+	return 0;
+}
+
+/* 256 MiB limit, a device of 16 x 2048 resident threads: 1 KiB of stack is 32 MiB. */
+static int cmd_limits(void)
+{
+	static const struct { const char *name; CUlimit limit; size_t value; } steps[] = {
+		{ "heap 512 MiB", CU_LIMIT_MALLOC_HEAP_SIZE, 512 * MiB },
+		{ "heap 128 MiB", CU_LIMIT_MALLOC_HEAP_SIZE, 128 * MiB },
+		{ "heap 16 MiB", CU_LIMIT_MALLOC_HEAP_SIZE, 16 * MiB },
+		{ "stack 16 KiB", CU_LIMIT_STACK_SIZE, 16384 },
+		{ "stack 4 KiB", CU_LIMIT_STACK_SIZE, 4096 },
+		{ "stack 1 KiB", CU_LIMIT_STACK_SIZE, 1024 },
+	};
+	setup();
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		printf("set %s = %d\n", steps[i].name, cuCtxSetLimit(steps[i].limit, steps[i].value));
+		say_alloc(steps[i].name, 200 * MiB);
+	}
+	return 0;
+}
+
 static int cmd_stdin(void)
 {
 	setup();
@@ -460,13 +557,22 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int cmd_launch(double seconds, unsigned blocks)
+static int cmd_launch(double seconds, unsigned blocks, const char *via)
 {
 	setup();
 	double start = now_s();
 	unsigned long launches = 0;
 	while (now_s() - start < seconds) {
-		if (cuLaunchKernel(NULL, blocks, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+		CUresult r;
+		if (strcmp(via, "grid") == 0)
+			r = cuLaunchGrid(NULL, (int)blocks, 1);
+		else if (strcmp(via, "gridasync") == 0)
+			r = cuLaunchGridAsync(NULL, (int)blocks, 1, NULL);
+		else if (strcmp(via, "legacy") == 0)
+			r = cuLaunch(NULL);
+		else
+			r = cuLaunchKernel(NULL, blocks, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+		if (r != CUDA_SUCCESS)
 			return 8;
 		launches++;
 	}
@@ -617,11 +723,15 @@ int main(int argc, char **argv)
 	if (argc >= 4 && strcmp(argv[1], "fill") == 0)
 		return cmd_fill(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc >= 4 && strcmp(argv[1], "launch") == 0)
-		return cmd_launch(atof(argv[2]), (unsigned)atoi(argv[3]));
+		return cmd_launch(atof(argv[2]), (unsigned)atoi(argv[3]), argc >= 5 ? argv[4] : "kernel");
+	if (argc >= 2 && strcmp(argv[1], "arrays") == 0)
+		return cmd_arrays();
+	if (argc >= 2 && strcmp(argv[1], "limits") == 0)
+		return cmd_limits();
 	if (argc >= 3 && strcmp(argv[1], "wake") == 0)
 		return cmd_wake(argv[2]);
 	if (argc >= 5 && strcmp(argv[1], "follow") == 0)
 		return cmd_follow(argv[2], argv[3], atoi(argv[4]));
-	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|wake|follow|vmm|vmmrefs|asyncfree|stdin ...\n");
+	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|arrays|limits|wake|follow|vmm|vmmrefs|asyncfree|stdin ...\n");
 	return 2;
 }

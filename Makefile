@@ -64,7 +64,7 @@ test-library-asan:
 	$(call library_ctest,$(LIBRARY_ASAN_BUILD),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DVGPU_SANITIZE=ON)
 
 ## lint: gofmt, go vet (also the cluster suites behind their build tags), go.mod/go.sum tidy
-## (product and hack/tools), README package map up to date.
+## (product and hack/tools), the package map (docs/reference/code-layout.md) up to date.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(GO_PACKAGES)
@@ -127,7 +127,7 @@ bench-compare:
 
 ## bench-throughput (outside CI): pods bound per second by the control plane, vGPU pods against
 ## plain pods, at the controller-manager's and scheduler's default and raised client QPS, on 25
-## simulated nodes (test/benchcompare; README "Cluster settings that bound vGPU pod throughput").
+## simulated nodes (test/benchcompare; docs/performance.md, "Cluster settings that bound vGPU pod throughput").
 bench-throughput:
 	BENCH_COMPARE_SELECT='^BenchmarkPodThroughput$$' hack/bench-compare.sh
 

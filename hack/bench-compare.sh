@@ -19,7 +19,7 @@
 #
 # BENCH_COMPARE_ROUNDS (default 3) sets the rounds. BENCH_COMPARE_SELECT picks the benchmarks
 # (default ^BenchmarkCompare$; make bench-throughput runs ^BenchmarkPodThroughput$, the control
-# plane's pod throughput with vGPU claims against plain pods, README "Cluster settings").
+# plane's pod throughput with vGPU claims against plain pods, docs/performance.md, "Cluster settings that bound vGPU pod throughput").
 set -euo pipefail
 
 export LOG_NAME=bench-compare

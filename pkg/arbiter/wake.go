@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -200,7 +201,7 @@ func (a *Arbiter) syncWatch(dirs map[string][]string) {
 	defer w.mu.Unlock()
 	for key, have := range w.wds {
 		for dir, wd := range have {
-			if !contains(dirs[key], dir) {
+			if !slices.Contains(dirs[key], dir) {
 				_, _ = unix.InotifyRmWatch(w.fd, uint32(wd))
 				delete(w.keys, wd)
 				delete(have, dir)
@@ -226,15 +227,6 @@ func (a *Arbiter) syncWatch(dirs map[string][]string) {
 			w.keys[int32(wd)] = key
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // read takes events until the file is closed. An event's name is the container's to choose:

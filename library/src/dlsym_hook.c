@@ -35,12 +35,18 @@ VGPU_EARLY static int looks_like_driver_symbol(const char *n)
 	return n[0] == 'n' && n[1] == 'v' && n[2] == 'm' && n[3] == 'l' && n[4] >= 'A' && n[4] <= 'Z';
 }
 
+/* The hook table's index of a driver name we hook, -1 for everything else. */
+VGPU_EARLY static int hooked(const char *name)
+{
+	if (name == NULL || !looks_like_driver_symbol(name))
+		return -1;
+	return vgpu_hook_find(name);
+}
+
 /* The answer for names we hook, FORWARD for everything else. */
 VGPU_EARLY __attribute__((visibility("hidden"), used)) void *vgpu_dlsym_answer(void *handle, const char *name)
 {
-	if (name == NULL || !looks_like_driver_symbol(name))
-		return FORWARD;
-	int id = vgpu_hook_find(name);
+	int id = hooked(name);
 	if (id < 0)
 		return FORWARD;
 	if (handle == RTLD_NEXT || handle == RTLD_DEFAULT)
@@ -52,9 +58,7 @@ VGPU_EARLY __attribute__((visibility("hidden"), used)) void *vgpu_dlsym_answer(v
 VGPU_EARLY __attribute__((visibility("hidden"), used)) void *vgpu_dlvsym_answer(void *handle, const char *name,
 										 const char *version)
 {
-	if (name == NULL || !looks_like_driver_symbol(name))
-		return FORWARD;
-	int id = vgpu_hook_find(name);
+	int id = hooked(name);
 	if (id < 0)
 		return FORWARD;
 	if (handle == RTLD_NEXT || handle == RTLD_DEFAULT)

@@ -56,6 +56,8 @@ type Simulated struct {
 	// recovery holds the GPUs' NVML recovery actions (simulated_recovery.go).
 	recovery *simRecovery
 	usage    *simUsage
+	// mig holds the GPUs' MIG state (simulated_mig.go).
+	mig *simMIG
 }
 
 var _ Source = (*Simulated)(nil)
@@ -99,6 +101,7 @@ func NewSimulated(profile string, count int, node string) (*Simulated, error) {
 	}
 	s.installMocks()
 	s.installRecoveryMocks()
+	s.installMIGMocks()
 	src, err := openNVML(srv, simulatedNUMA(numaByBusID))
 	if err != nil {
 		return nil, fmt.Errorf("simulated GPU profile %s: %w", profile, err)

@@ -108,6 +108,7 @@ func addFlags(fs *pflag.FlagSet) (*flags, error) {
 	fs.StringVar(&c.LibrarySource, "library-source", plugin.DefaultLibrarySource, "libvgpu.so to install into <state-dir>/lib at start-up (with the ld.so.preload file that CDI mounts); empty keeps what is there.")
 	fs.StringVar(&c.CDIDir, "cdi-dir", contract.DefaultCDIDir, "Directory the container runtime reads CDI specs from.")
 	fs.StringVar(&c.DeviceSource, "device-source", "nvml", `Where GPUs come from: "nvml", or "simulated:<profile>[:<count>]" with profile `+strings.Join(gpu.SimulatedProfiles(), ", ")+".")
+	fs.StringVar(&c.MIGGPUs, "mig-gpus", "", `GPUs whose MIG partitions are published beside the whole GPU and created when a claim gets one (contract §18): "all" (every MIG-capable GPU), NVML indexes such as "0,1", or empty for none. The plugin owns the MIG layout of these GPUs: it turns MIG mode on and off as claims need and destroys instances no claim holds.`)
 	fs.StringVar(&f.memoryReserve, "memory-reserve", "0", "Memory per GPU kept back from what is published (driver and CUDA contexts), e.g. 1Gi.")
 	fs.StringVar(&f.claimFSSize, "claim-fs-size", resource.NewQuantity(plugin.DefaultClaimFSBytes, resource.BinarySI).String(),
 		"Size of the tmpfs each claim's directories live on: the hard bound on what a claim's containers can write into /tmp/.vgpu_lock and /tmp/.vmem_node (charged to their memory limits, never the node's disk). 0 keeps them on the state directory's file system without a bound.")

@@ -186,8 +186,13 @@ func TestTotalsFollowEveryChange(t *testing.T) {
 func TestEqualComparesEveryField(t *testing.T) {
 	base := fullClaim()
 	base.Devices[0].AdminAccess = true
-	changed := func(v reflect.Value) {
+	var changed func(v reflect.Value)
+	changed = func(v reflect.Value) {
 		switch v.Kind() {
+		case reflect.Struct: // every field of a nested record counts (Device.MIG)
+			for i := range v.NumField() {
+				changed(v.Field(i))
+			}
 		case reflect.String:
 			v.SetString(v.String() + "x")
 		case reflect.Int, reflect.Int64:

@@ -105,7 +105,7 @@ func (c Claim) equal(o Claim) bool {
 		a, b := c.Devices[i], o.Devices[i]
 		if a.Request != b.Request || a.Pool != b.Pool || a.Device != b.Device || a.ShareID != b.ShareID ||
 			a.GPUUUID != b.GPUUUID || a.Index != b.Index || a.MemoryBytes != b.MemoryBytes || a.Cores != b.Cores ||
-			a.AdminAccess != b.AdminAccess || a.Class != b.Class || a.CoresCeiling != b.CoresCeiling || !nilEqual(a.CDIDeviceIDs, b.CDIDeviceIDs) {
+			a.AdminAccess != b.AdminAccess || a.Class != b.Class || a.CoresCeiling != b.CoresCeiling || a.MIG != b.MIG || !nilEqual(a.CDIDeviceIDs, b.CDIDeviceIDs) {
 			return false
 		}
 	}

@@ -67,12 +67,13 @@ func (t gpuTotals) addClaim(c Claim, sign int) {
 		if dev.AdminAccess {
 			continue
 		}
-		g := t[dev.GPUUUID]
+		key := dev.CapacityKey()
+		g := t[key]
 		g.add(dev, sign)
 		if g == (GPUTotals{}) {
-			delete(t, dev.GPUUUID)
+			delete(t, key)
 		} else {
-			t[dev.GPUUUID] = g
+			t[key] = g
 		}
 	}
 }
@@ -102,7 +103,8 @@ type Totals struct{ v *view }
 // Totals returns the per-GPU totals of the claims readers see now, without walking them.
 func (s *Store) Totals() Totals { return Totals{s.view.Load()} }
 
-// GPU returns what the claims take of the GPU of that UUID.
+// GPU returns what the claims take of the GPU of that UUID, or of the partition of a capacity
+// key (Device.CapacityKey): a GPU's figure leaves its partitions out.
 func (t Totals) GPU(uuid string) GPUTotals { return t.v.totals[uuid] }
 
 // Devices returns the recorded results of one claim of this state, without copying: the caller

@@ -68,6 +68,43 @@ type Device struct {
 	// an older reader ignores them and serves the share at its request, never above it.
 	Class        string `json:"class,omitempty"`
 	CoresCeiling int64  `json:"coresCeiling,omitempty"`
+	// MIG is the MIG instance of a result on a MIG partition (contract §18), created before
+	// the record is written; the zero value for a whole GPU, and then omitted, so that files
+	// without partitions keep their format.
+	MIG MIGInstance `json:"mig,omitzero"`
+}
+
+// MIGInstance is the MIG instance a partition's result runs on: the profile and placement
+// that the device name stands for, and what NVML made of them. GPUUUID is the Device's.
+type MIGInstance struct {
+	Profile           string `json:"profile"`
+	ProfileID         int    `json:"profileID"`
+	Start             int    `json:"start"`
+	Size              int    `json:"size"`
+	GPUInstanceID     int    `json:"gpuInstanceID"`
+	ComputeInstanceID int    `json:"computeInstanceID"`
+	// UUID is the MIG device's, "MIG-…": what the container is given instead of the GPU's.
+	UUID string `json:"uuid"`
+}
+
+// IsMIG says the result is on a MIG partition.
+func (d Device) IsMIG() bool { return d.MIG.Profile != "" }
+
+// CapacityKey names what the result takes capacity of: its GPU, or the partition of its GPU
+// (partitions and whole-GPU shares never share a GPU; the scheduler's counters see to that).
+func (d Device) CapacityKey() string {
+	if d.IsMIG() {
+		return d.GPUUUID + "/" + d.Device
+	}
+	return d.GPUUUID
+}
+
+// VisibleUUID is the UUID the container is given: the MIG device's on a partition.
+func (d Device) VisibleUUID() string {
+	if d.IsMIG() {
+		return d.MIG.UUID
+	}
+	return d.GPUUUID
 }
 
 // classBestEffort is Device.Class of a best-effort share (pkg/api/v1alpha1's BestEffort).

@@ -40,16 +40,16 @@ func (d *Driver) admit(uid string, devs []checkpoint.Device) (release func(), er
 }
 
 // takenBesides returns what the claims of the checkpoint (its running totals, read once) and
-// those being prepared take of a GPU, the claim uid's own results left out. A claim whose record
+// those being prepared take of a GPU or a partition (checkpoint.Device.CapacityKey), the claim uid's own results left out. A claim whose record
 // was written before its admission was released is in both, and counted once. It walks no
 // recorded claim: only the claims being prepared, as many as Prepares in flight. Called under mu.
-func (a *admissions) takenBesides(recorded checkpoint.Totals, uid string) func(gpuUUID string) checkpoint.GPUTotals {
+func (a *admissions) takenBesides(recorded checkpoint.Totals, uid string) func(capacityKey string) checkpoint.GPUTotals {
 	own, ownRecorded := recorded.Devices(uid)
-	return func(gpuUUID string) checkpoint.GPUTotals {
-		t := recorded.GPU(gpuUUID)
+	return func(key string) checkpoint.GPUTotals {
+		t := recorded.GPU(key)
 		if ownRecorded {
 			for _, dev := range own {
-				if dev.GPUUUID == gpuUUID {
+				if dev.CapacityKey() == key {
 					t.Remove(dev)
 				}
 			}
@@ -62,7 +62,7 @@ func (a *admissions) takenBesides(recorded checkpoint.Totals, uid string) func(g
 				continue
 			}
 			for _, dev := range devs {
-				if dev.GPUUUID == gpuUUID {
+				if dev.CapacityKey() == key {
 					t.Add(dev)
 				}
 			}

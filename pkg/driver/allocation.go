@@ -61,8 +61,11 @@ func (d *Driver) devicesOf(claim *resourceapi.ResourceClaim) ([]checkpoint.Devic
 		if r.ShareID != nil {
 			dev.ShareID = string(*r.ShareID)
 		}
+		if m, ok := d.migByName[r.Device]; ok {
+			dev.MIG = migOf(m)
+		}
 		if d.cfg.VGPU && !admin {
-			mem, err := consumedMemory(r, publishedMemory(g, d.cfg.MemoryReserve))
+			mem, err := consumedMemory(r, d.deviceMemory(r.Device))
 			if err != nil {
 				return nil, failf(metrics.ReasonInvalidClaim, "claim %s: device %s: %v", ref, r.Device, err)
 			}
@@ -139,15 +142,15 @@ func consumedCores(r resourceapi.DeviceRequestAllocationResult) (int64, error) {
 // returns what every other claim prepared or being prepared takes of a GPU (admission.go: the
 // checkpoint's running totals and the Prepares in flight, which see each other). Admin-access
 // results are not counted, as the scheduler does not count them: they take no share.
-func (d *Driver) checkCapacity(others func(gpuUUID string) checkpoint.GPUTotals, devs []checkpoint.Device) error {
+func (d *Driver) checkCapacity(others func(capacityKey string) checkpoint.GPUTotals, devs []checkpoint.Device) error {
 	for _, dev := range devs {
 		if dev.AdminAccess {
 			continue
 		}
-		published := publishedMemory(d.byName[dev.Device], d.cfg.MemoryReserve)
-		t := others(dev.GPUUUID)
+		published := d.deviceMemory(dev.Device)
+		t := others(dev.CapacityKey())
 		for _, own := range devs {
-			if own.GPUUUID == dev.GPUUUID {
+			if own.CapacityKey() == dev.CapacityKey() {
 				t.Add(own)
 			}
 		}

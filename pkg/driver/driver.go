@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -103,6 +104,10 @@ type Deps struct {
 	// AtStep is called at each Step of Prepare and Unprepare (steps.go); tests only, nil in
 	// production.
 	AtStep func(Step)
+	// MIGLayouts are the MIG-managed GPUs (--mig-gpus) by UUID, with what each can be split
+	// into (contract §18); MIG creates and destroys their instances. Both nil: no MIG.
+	MIGLayouts map[string]gpu.MIGLayout
+	MIG        gpu.MIG
 	// DRAMetrics are the driver's metrics on Metrics.Registry; made there when nil. A process
 	// that builds a driver again (it took the node back after a handover) passes the first's:
 	// a registry takes each metric once.
@@ -111,10 +116,14 @@ type Deps struct {
 
 // Driver implements kubeletplugin.DRAPlugin.
 type Driver struct {
-	cfg       Config
-	deps      Deps
-	devices   []gpu.Device
-	byName    map[string]gpu.Device
+	cfg     Config
+	deps    Deps
+	devices []gpu.Device
+	byName  map[string]gpu.Device
+	// migByName are the MIG-managed GPUs' partitions by device name; byName has their GPU.
+	migByName map[string]migDevice
+	// migMu serialises the changes to MIG instances and modes (mig_prepare.go).
+	migMu     sync.Mutex
 	health    *deviceHealth
 	locks     *claimLocks
 	publisher Publisher
@@ -156,12 +165,14 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 		return nil, fmt.Errorf("memory reserve %d is negative", cfg.MemoryReserve)
 	case cfg.StaleInUse == StaleInUseStop && deps.Users == nil:
 		return nil, errors.New("stopping the containers of stale claims needs a view of the node's containers")
+	case len(deps.MIGLayouts) > 0 && deps.MIG == nil:
+		return nil, errors.New("MIG-managed GPUs need the GPU source's MIG")
 	case deps.Checkpoint == nil || deps.CDI == nil || deps.Metrics == nil || deps.Paths == nil || deps.NewUUID == nil:
 		return nil, errors.New("driver dependencies are incomplete")
 	}
 	d := &Driver{
 		cfg: cfg, deps: deps, devices: deps.Devices,
-		byName: map[string]gpu.Device{}, health: newDeviceHealth(), locks: newClaimLocks(),
+		byName: map[string]gpu.Device{}, migByName: map[string]migDevice{}, health: newDeviceHealth(), locks: newClaimLocks(),
 		publishKick: make(chan struct{}, 1), dra: deps.DRAMetrics,
 		prepares: map[string]uint64{}, now: deps.Now, inUse: staleInUse{claims: map[string]string{}},
 		admitted: newAdmissions(), fileSlots: make(chan struct{}, fileParallelism), removals: newDirRemovals(),
@@ -181,6 +192,12 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	}
 	for _, g := range deps.Devices {
 		d.byName[DeviceName(g.Index)] = g
+		if l, ok := deps.MIGLayouts[g.UUID]; ok {
+			for _, m := range migDevicesOf(g, l) {
+				name := MIGDeviceName(g.Index, m.profile.Name, m.at.Start)
+				d.byName[name], d.migByName[name] = g, m
+			}
+		}
 	}
 	return d, nil
 }
@@ -190,7 +207,8 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 // claims left in PrepareStarted (by a crash of a plugin of an earlier version, which recorded
 // that state first) are rolled back (the kubelet prepares them again), and the claim
 // directories and CDI specs of claims that the checkpoint does not know — what a crash of
-// Prepare before its record leaves — are removed.
+// Prepare before its record leaves — are removed. On MIG-managed GPUs the MIG instances are
+// brought in line first (recoverMIG).
 //
 // A claim that cannot be restored (or rolled back) is quarantined with the reason, logged and
 // counted, and the others are served: one bad claim must not make the plugin crash-loop and
@@ -210,10 +228,18 @@ func (d *Driver) Recover(ctx context.Context) error {
 			return fmt.Errorf("record boot ID in checkpoint: %w", err)
 		}
 	}
-	for uid, claim := range snap.Claims {
+	// The MIG instances first: a partition made again has a new UUID, which its files name.
+	claims := maps.Clone(snap.Claims)
+	migFailed, err := d.recoverMIG(ctx, claims)
+	if err != nil {
+		return err
+	}
+	for uid, claim := range claims {
 		var err error
-		switch claim.State {
-		case checkpoint.PrepareCompleted:
+		switch {
+		case migFailed[uid] != nil:
+			err = fmt.Errorf("restore claim %s/%s (%s): %w", claim.Namespace, claim.Name, uid, migFailed[uid])
+		case claim.State == checkpoint.PrepareCompleted:
 			if err = d.ensureFiles(uid, claim); err != nil {
 				err = fmt.Errorf("restore files of claim %s/%s (%s): %w", claim.Namespace, claim.Name, uid, err)
 			}
@@ -226,7 +252,7 @@ func (d *Driver) Recover(ctx context.Context) error {
 			d.deps.Quarantine.set(uid, err)
 		}
 	}
-	err := errors.Join(d.removeOrphans(logger, "CDI spec", d.deps.CDI.ListClaims, d.deps.CDI.Remove),
+	err = errors.Join(d.removeOrphans(logger, "CDI spec", d.deps.CDI.ListClaims, d.deps.CDI.Remove),
 		d.removeOrphans(logger, "claim directory", d.deps.Dirs.ListClaims, d.deps.Dirs.RemoveClaim))
 	d.updateGauges()
 	return err

@@ -99,6 +99,9 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 	if d.cfg.VGPU {
 		prepared.Path = d.deps.Paths.ClaimPath(ctx)
 	}
+	if err := onePartitionPerGPU(devs); err != nil {
+		return checkpoint.Claim{}, nil, failf(metrics.ReasonInvalidClaim, "claim %s: %v", klog.KObj(claim), err)
+	}
 	if prepared.Path == contract.PathPerClaim {
 		if err := onePerGPU(devs); err != nil {
 			return checkpoint.Claim{}, nil, failf(metrics.ReasonInvalidClaim, "claim %s: %v; one directory set serves the whole claim on the per-claim path, so it needs the NRI path (NRISupport and a runtime with NRI)", klog.KObj(claim), err)
@@ -112,13 +115,8 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 	if d.cfg.GPUInjection == cdi.InjectionEnv && prepared.Path != contract.PathNRI && len(devs) > 1 {
 		return checkpoint.Claim{}, nil, failf(metrics.ReasonInvalidClaim, "claim %s has %d GPUs, but --gpu-injection=env gives a container only one GPU without the NRI path; use --gpu-injection=cdi (the NVIDIA Container Toolkit's CDI devices) or enable NRISupport", klog.KObj(claim), len(devs))
 	}
-	cdiClaim := d.cdiClaim(uid, prepared)
-	ids := d.deps.CDI.DeviceIDs(cdiClaim)
-	for i := range prepared.Devices {
-		prepared.Devices[i].CDIDeviceIDs = ids[i]
-	}
 	prepared.State = checkpoint.PrepareCompleted
-	if err := d.createAndRecord(ctx, claim, prepared); err != nil {
+	if err := d.createAndRecord(ctx, claim, &prepared); err != nil {
 		return checkpoint.Claim{}, nil, err
 	}
 	logger.V(2).Info("Prepared claim", "claim", klog.KObj(claim), "path", prepared.Path, "devices", len(devs))
@@ -133,14 +131,22 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 // start-up recognises and removes. The capacity check admits the claim first, so that
 // concurrent Prepares see each other (admission.go). A failure of either removes what the other
 // made, so the kubelet's retry starts from scratch and nothing waits for the next restart.
-func (d *Driver) createAndRecord(ctx context.Context, claim *resourceapi.ResourceClaim, prepared checkpoint.Claim) error {
+func (d *Driver) createAndRecord(ctx context.Context, claim *resourceapi.ResourceClaim, c *checkpoint.Claim) error {
 	uid := string(claim.UID)
-	release, err := d.admit(uid, prepared.Devices)
+	release, err := d.admit(uid, c.Devices)
 	if err != nil {
 		return fmt.Errorf("claim %s: %w", klog.KObj(claim), err)
 	}
 	defer release()
 	d.at(StepPrepareAdmitted)
+	// A partition's MIG instance comes first: the record and the CDI spec name its UUID.
+	undoMIG, err := d.ensureMIG(ctx, uid, klog.KObj(claim).String(), c.Devices)
+	if err != nil {
+		return err
+	}
+	d.at(StepPrepareMIG)
+	c.Devices = d.withCDIIDs(uid, *c)
+	prepared := *c
 	// Unprepared a moment ago and prepared again: its old directory goes before the record is
 	// written, so that no container directory of the earlier pods is carried over, not even by a
 	// start-up that restores a recorded claim's files (removal.go).
@@ -169,9 +175,11 @@ func (d *Driver) createAndRecord(ctx context.Context, claim *resourceapi.Resourc
 			d.unrecord(ctx, claim)
 		}
 		d.rollBackFiles(ctx, claim)
+		undoMIG()
 		return fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), fileErr)
 	case putErr != nil:
 		d.rollBackFiles(ctx, claim)
+		undoMIG()
 		return &prepareError{reason: metrics.ReasonCheckpoint, err: fmt.Errorf("record claim %s: %w", klog.KObj(claim), putErr)}
 	}
 	d.at(StepPrepareRecorded)
@@ -249,7 +257,7 @@ func (d *Driver) cdiClaim(uid string, c checkpoint.Claim) cdi.Claim {
 	for _, dev := range c.Devices {
 		out.Results = append(out.Results, cdi.Result{
 			Request: dev.Request, Device: dev.Device, ShareID: dev.ShareID,
-			GPUIndex: dev.Index, GPUUUID: dev.GPUUUID, MemoryBytes: dev.MemoryBytes, Cores: dev.Cores,
+			GPUIndex: dev.Index, GPUUUID: dev.VisibleUUID(), MemoryBytes: dev.MemoryBytes, Cores: dev.Cores,
 		})
 	}
 	return out
@@ -260,7 +268,7 @@ func (d *Driver) cdiClaim(uid string, c checkpoint.Claim) cdi.Claim {
 func perClaimConfig(uid string, c checkpoint.Claim) contract.ContainerConfig {
 	cfg := contract.ContainerConfig{ClaimUID: uid, RegisterUUID: c.RegisterUUID}
 	for _, dev := range c.Devices {
-		cfg.GPUs = append(cfg.GPUs, contract.ContainerGPU{Index: dev.Index, UUID: dev.GPUUUID, MemoryBytes: dev.MemoryBytes, Cores: dev.Cores})
+		cfg.GPUs = append(cfg.GPUs, contract.ContainerGPU{Index: dev.Index, UUID: dev.VisibleUUID(), MemoryBytes: dev.MemoryBytes, Cores: dev.Cores})
 	}
 	return cfg
 }

@@ -35,24 +35,43 @@ func publishedMemory(d gpu.Device, reserve int64) int64 {
 	return total - reserve
 }
 
-// buildResources describes every GPU of the node as one device of the pool named after the node.
+// buildResources describes every GPU of the node as one device of the pool named after the node,
+// in one slice; with MIG-managed GPUs, their partitions and counter sets too (mig.go).
 func (d *Driver) buildResources(logger klog.Logger) resourceslice.DriverResources {
-	devices := make([]resourceapi.Device, 0, len(d.devices))
-	for _, g := range d.devices {
-		devices = append(devices, d.buildDevice(logger, g))
+	var slices []resourceslice.Slice
+	if len(d.deps.MIGLayouts) == 0 {
+		devices := make([]resourceapi.Device, 0, len(d.devices))
+		for _, g := range d.devices {
+			devices = append(devices, d.buildDevice(logger, g))
+		}
+		slices = []resourceslice.Slice{{Devices: devices}}
+	} else {
+		for _, part := range d.buildMIGResources(logger) {
+			slices = append(slices, resourceslice.Slice{Devices: part.devices, SharedCounters: part.counters})
+		}
 	}
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		d.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: devices}}},
+		d.cfg.NodeName: {Slices: slices},
 	}}
 }
 
+// buildDevice describes a whole GPU; on a MIG-managed GPU it consumes all of the GPU's counters.
 func (d *Driver) buildDevice(logger klog.Logger, g gpu.Device) resourceapi.Device {
 	dev := resourceapi.Device{
 		Name:       DeviceName(g.Index),
 		Attributes: d.attributes(logger, g),
-		Capacity:   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{},
 	}
-	memory := publishedMemory(g, d.cfg.MemoryReserve)
+	d.fillCapacity(&dev, publishedMemory(g, d.cfg.MemoryReserve))
+	if l, ok := d.deps.MIGLayouts[g.UUID]; ok {
+		dev.ConsumesCounters = wholeGPUConsumption(g, l)
+	}
+	d.fillTaints(&dev, g)
+	return dev
+}
+
+// fillCapacity gives dev its memory and cores, shareable with VGPUSupport.
+func (d *Driver) fillCapacity(dev *resourceapi.Device, memory int64) {
+	dev.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
 	memCap := resourceapi.DeviceCapacity{Value: *resource.NewQuantity(memory, resource.BinarySI)}
 	coreCap := resourceapi.DeviceCapacity{Value: *resource.NewQuantity(coresTotal, resource.DecimalSI)}
 	if d.cfg.VGPU {
@@ -82,6 +101,10 @@ func (d *Driver) buildDevice(logger klog.Logger, g gpu.Device) resourceapi.Devic
 	}
 	dev.Capacity[contract.CapacityMemory] = memCap
 	dev.Capacity[contract.CapacityCores] = coreCap
+}
+
+// fillTaints taints dev while its GPU is unhealthy.
+func (d *Driver) fillTaints(dev *resourceapi.Device, g gpu.Device) {
 	if h, unhealthy := d.health.unhealthy(g.UUID); unhealthy {
 		effect := resourceapi.DeviceTaintEffectNoSchedule
 		if h.Fatal {
@@ -93,7 +116,6 @@ func (d *Driver) buildDevice(logger klog.Logger, g gpu.Device) resourceapi.Devic
 			Effect: effect,
 		}}
 	}
-	return dev
 }
 
 func (d *Driver) attributes(logger klog.Logger, g gpu.Device) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {

@@ -252,7 +252,7 @@ func (d *Driver) preparedStatus(claim *resourceapi.ResourceClaim, prepared check
 		if !dev.AdminAccess {
 			mem, cores := dev.MemoryBytes, dev.Cores
 			if mem == 0 {
-				mem = publishedMemory(g, d.cfg.MemoryReserve)
+				mem = d.deviceMemory(dev.Device)
 			}
 			if cores == 0 {
 				cores = coresTotal

@@ -9,6 +9,9 @@ type Step string
 const (
 	// StepPrepareAdmitted: the claim passed the capacity check; nothing of it is on disk.
 	StepPrepareAdmitted Step = "prepare-admitted"
+	// StepPrepareMIG: a partition's MIG instance exists (on a MIG-managed GPU); no record
+	// names it, nothing else of the claim is on disk.
+	StepPrepareMIG Step = "prepare-mig"
 	// StepPrepareClaimDir: the claim directory (its tmpfs, its per-claim directories) exists;
 	// no CDI spec; the checkpoint record is being written at the same time, and may be durable.
 	StepPrepareClaimDir Step = "prepare-claim-dir"
@@ -19,6 +22,10 @@ const (
 	StepPrepareRecorded Step = "prepare-recorded"
 	// StepUnprepareCDISpec: the CDI spec is removed; the record and the directory remain.
 	StepUnprepareCDISpec Step = "unprepare-cdi-spec"
+	// StepUnprepareMIG: the instances of the claim's partitions that no other claim holds are
+	// destroyed; the record remains (start-up makes them again, the kubelet's retry destroys
+	// them).
+	StepUnprepareMIG Step = "unprepare-mig"
 	// StepUnprepareRemoved: the record is removed in memory and not yet on disk
 	// (RemoveDeferred); the directory remains; the kubelet is about to be answered.
 	StepUnprepareRemoved Step = "unprepare-removed"
@@ -29,8 +36,8 @@ const (
 
 // Steps lists every step, for the tests that walk them all.
 var Steps = []Step{
-	StepPrepareAdmitted, StepPrepareClaimDir, StepPrepareCDISpec, StepPrepareRecorded,
-	StepUnprepareCDISpec, StepUnprepareRemoved, StepUnprepareClaimDir,
+	StepPrepareAdmitted, StepPrepareMIG, StepPrepareClaimDir, StepPrepareCDISpec, StepPrepareRecorded,
+	StepUnprepareCDISpec, StepUnprepareMIG, StepUnprepareRemoved, StepUnprepareClaimDir,
 }
 
 // at calls the step hook, if any.

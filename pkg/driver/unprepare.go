@@ -47,6 +47,12 @@ func (d *Driver) unprepareOne(uid string) error {
 		return fmt.Errorf("remove CDI spec of claim %s: %w", uid, err)
 	}
 	d.at(StepUnprepareCDISpec)
+	if c, ok := d.deps.Checkpoint.Get(uid); ok {
+		if err := d.releaseMIG(uid, c.Devices); err != nil {
+			return fmt.Errorf("unprepare claim %s: %w", uid, err)
+		}
+	}
+	d.at(StepUnprepareMIG)
 	d.deps.Checkpoint.RemoveDeferred(uid)
 	d.deps.Quarantine.clear(uid)
 	d.at(StepUnprepareRemoved)

@@ -206,35 +206,46 @@ func simulatedMIGUUID(gpuUUID string, gi, ci int) string {
 }
 
 // SetMIGStateFile keeps the simulated GPUs' MIG state in path: the GPUs take the state the file
-// holds (their MIG mode and instances, as a previous process left them), and every later change
-// is written there, atomically, before NVML answers. A missing file is a GPU as it came.
+// holds (their MIG mode and instances, as a previous process left them), every later change is
+// written there, atomically, before NVML answers, and every MIG call reads it again first, so
+// that two plugin processes (a handover) see one set of GPUs. A missing file is a GPU as it came.
 func (s *Simulated) SetMIGStateFile(path string) error {
 	s.mig.mu.Lock()
+	s.mig.path = path
+	s.mig.mu.Unlock()
+	return s.syncMIG()
+}
+
+// syncMIG gives the GPUs the state of the state file, if there is one.
+func (s *Simulated) syncMIG() error {
+	s.mig.mu.Lock()
 	defer s.mig.mu.Unlock()
-	data, err := os.ReadFile(path)
+	if s.mig.path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(s.mig.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		return nil
 	case err != nil:
 		return fmt.Errorf("read simulated MIG state: %w", err)
-	default:
-		var st simMIGState
-		if err := json.Unmarshal(data, &st); err != nil {
-			return fmt.Errorf("read simulated MIG state %s: %w", path, err)
-		}
-		for _, dev := range s.visible {
-			if g, ok := st.GPUs[dev.UUID]; ok {
-				s.restoreMIG(dev, g)
-			}
-		}
 	}
-	s.mig.path = path
+	var st simMIGState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("read simulated MIG state %s: %w", s.mig.path, err)
+	}
+	for _, dev := range s.visible {
+		s.restoreMIG(dev, st.GPUs[dev.UUID])
+	}
 	return nil
 }
 
-// restoreMIG gives dev the MIG mode and instances of g, with their IDs.
+// restoreMIG gives dev the MIG mode and instances of g, with their IDs. Instance IDs go on from
+// the highest ever given, as the driver's do.
 func (s *Simulated) restoreMIG(dev *server.Device, g simMIGGPU) {
 	dev.Lock()
 	defer dev.Unlock()
+	clear(dev.GpuInstances)
 	dev.MigMode = nvml.DEVICE_MIG_DISABLE
 	if g.MIGMode {
 		dev.MigMode = nvml.DEVICE_MIG_ENABLE
@@ -305,24 +316,41 @@ func snapshotMIG(dev *server.Device) simMIGGPU {
 func (s *Simulated) MIGLayout(uuid string) (MIGLayout, error) { return s.src.MIGLayout(uuid) }
 
 // MIGMode implements MIG.
-func (s *Simulated) MIGMode(uuid string) (bool, bool, error) { return s.src.MIGMode(uuid) }
+func (s *Simulated) MIGMode(uuid string) (bool, bool, error) {
+	if err := s.syncMIG(); err != nil {
+		return false, false, err
+	}
+	return s.src.MIGMode(uuid)
+}
 
 // SetMIGMode implements MIG.
 func (s *Simulated) SetMIGMode(uuid string, enabled bool) error {
+	if err := s.syncMIG(); err != nil {
+		return err
+	}
 	return s.src.SetMIGMode(uuid, enabled)
 }
 
 // MIGInstances implements MIG.
 func (s *Simulated) MIGInstances(uuid string) ([]MIGInstance, error) {
+	if err := s.syncMIG(); err != nil {
+		return nil, err
+	}
 	return s.src.MIGInstances(uuid)
 }
 
 // CreateMIGInstance implements MIG.
 func (s *Simulated) CreateMIGInstance(uuid string, profileID int, at MIGPlacement) (MIGInstance, error) {
+	if err := s.syncMIG(); err != nil {
+		return MIGInstance{}, err
+	}
 	return s.src.CreateMIGInstance(uuid, profileID, at)
 }
 
 // DestroyMIGInstance implements MIG.
 func (s *Simulated) DestroyMIGInstance(uuid string, gpuInstanceID int) error {
+	if err := s.syncMIG(); err != nil {
+		return err
+	}
 	return s.src.DestroyMIGInstance(uuid, gpuInstanceID)
 }

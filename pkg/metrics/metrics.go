@@ -16,6 +16,7 @@ const (
 	ReasonInvalidClaim     = "invalid_claim"     // a result the plugin cannot serve: foreign pool, unknown device, bad capacity
 	ReasonUnhealthyDevice  = "unhealthy_device"  // the allocated GPU is unhealthy
 	ReasonOvercommitted    = "overcommitted"     // the GPU's capacity would be exceeded (last line of defence)
+	ReasonMIG              = "mig"               // a MIG instance or mode could not be made as the claim needs
 	ReasonCheckpoint       = "checkpoint"        // the checkpoint could not be written
 	ReasonFilesystem       = "filesystem"        // claim directory or CDI spec could not be written
 	ReasonUnprepareFailure = "unprepare_failure" // used by unprepare_errors_total

@@ -52,6 +52,9 @@ type Config struct {
 	DeviceSource string
 	// MemoryReserve is subtracted from every GPU's published memory, in bytes.
 	MemoryReserve int64
+	// MIGGPUs are the GPUs whose MIG partitions are published and made on demand (--mig-gpus,
+	// contract §18): "" none, "all", or NVML indexes separated by commas.
+	MIGGPUs string
 	// ClaimFSBytes sizes the tmpfs each claim's directories live on (--claim-fs-size); 0 keeps
 	// them on the state directory's file system, without a bound.
 	ClaimFSBytes int64
@@ -183,6 +186,9 @@ func (c Config) Validate() error {
 	}
 	if c.MemoryReserve < 0 {
 		errs = append(errs, fmt.Errorf("--memory-reserve must not be negative"))
+	}
+	if _, _, err := parseMIGGPUs(c.MIGGPUs); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ClaimFSBytes < 0 || (c.ClaimFSBytes > 0 && c.ClaimFSBytes < MinClaimFSBytes) {
 		errs = append(errs, fmt.Errorf("--claim-fs-size must be 0 (no bound) or at least %d bytes (1Mi)", MinClaimFSBytes))

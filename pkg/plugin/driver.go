@@ -41,6 +41,9 @@ type driverParts struct {
 	users driver.ClaimUsers
 	// events raises the plugin's events on pods (Deps.Events); nil without an API client.
 	events *podevents.Recorder
+	// migLayouts and mig are the MIG-managed GPUs and their MIG (Deps.MIGLayouts, Deps.MIG).
+	migLayouts map[string]gpu.MIGLayout
+	mig        gpu.MIG
 }
 
 // newDriver installs libvgpu.so into the state dir (VGPUSupport), builds the CDI writer and
@@ -96,7 +99,7 @@ func newDriver(ctx context.Context, cfg Config, layout claimdir.Layout, parts dr
 		Devices: parts.devices, Checkpoint: parts.store, CDI: writer, Dirs: layout, Metrics: parts.metrics,
 		Paths: parts.paths, PCIeRoot: pcieRoot, NUMANode: numaNode, NewUUID: func() string { return string(uuid.NewUUID()) },
 		Quarantine: parts.quarantine, OnFatal: parts.onFatal, Claims: parts.claims, AtStep: parts.atStep, DRAMetrics: parts.dra,
-		Users: parts.users, Events: events,
+		Users: parts.users, Events: events, MIGLayouts: parts.migLayouts, MIG: parts.mig,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build the driver: %w", err)

@@ -217,7 +217,7 @@ func toNRIClaim(uid string, cp checkpoint.Claim) nri.Claim {
 	}
 	for _, dev := range cp.Devices {
 		r := nri.Result{
-			Request: dev.Request, Device: dev.Device, ShareID: dev.ShareID, GPUUUID: dev.GPUUUID, Index: dev.Index,
+			Request: dev.Request, Device: dev.Device, ShareID: dev.ShareID, GPUUUID: dev.VisibleUUID(), Index: dev.Index,
 			MemoryBytes: dev.MemoryBytes, Cores: dev.Cores, AdminAccess: dev.AdminAccess,
 		}
 		if len(dev.CDIDeviceIDs) > 0 {

@@ -89,6 +89,7 @@ func (p *Plugin) becomeOwner(lock *instancelock.Lock, nriIndex, event string) (f
 		simulated: isSimulated(p.gpus), bootID: bootID, onFatal: p.fail,
 		claims: newKubeClaims(cmp.Or(p.deps.BackgroundClient, p.deps.KubeClient), cfg.NodeName), atStep: p.deps.AtStep,
 		users: p.claimUsers(layout, t.cgroups, events), events: events,
+		migLayouts: p.migLayouts, mig: p.mig,
 	}); err != nil {
 		return err
 	}

@@ -89,7 +89,10 @@ type Plugin struct {
 	gpus     gpu.Source
 	ownsGPUs bool
 	devices  []gpu.Device
-	nri      *nriSide // nil when NRI is off
+	// migLayouts are the MIG-managed GPUs (--mig-gpus), mig their source's MIG; nil without.
+	migLayouts map[string]gpu.MIGLayout
+	mig        gpu.MIG
+	nri        *nriSide // nil when NRI is off
 
 	// draGate and nriGate hold the kubelet's calls and NRI's vGPU CreateContainers while a
 	// handover is decided, and pass them on when another instance owns the node.
@@ -198,6 +201,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (_ *Plugin, finalErr erro
 		return nil, fmt.Errorf("list GPUs: %w", err)
 	}
 	logger.Info("GPU inventory", "source", cfg.DeviceSource, "gpus", len(p.devices))
+	if p.migLayouts, p.mig, err = migLayouts(logger, cfg, p.gpus, p.devices); err != nil {
+		return nil, err
+	}
 	checkToolkitConfig(logger, cfg)
 	if cfg.HandoverEnabled() {
 		if p.markers, err = handover.NewMarkers(cfg.DecisionMarkersDir()); err != nil {

@@ -73,6 +73,8 @@
 	X(nvmlDeviceGetRunningProcessDetailList)  \
 	X(nvmlDeviceGetProcessUtilization)        \
 	X(nvmlDeviceGetProcessesUtilizationInfo)  \
+	X(nvmlDeviceGetEncoderSessions)           \
+	X(nvmlDeviceGetFBCSessions)               \
 	X(nvmlDeviceGetAccountingPids)            \
 	X(nvmlDeviceGetAccountingStats)
 

@@ -100,6 +100,9 @@ VGPU_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
 							 unsigned int *count, unsigned long long lastSeenTimeStamp);
 VGPU_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
 							       nvmlProcessesUtilizationInfo_t *info);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetEncoderSessions(nvmlDevice_t device, unsigned int *count,
+						      nvmlEncoderSessionInfo_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int *count, nvmlFBCSessionInfo_t *infos);
 VGPU_EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count, unsigned int *pids);
 VGPU_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid,
 						      nvmlAccountingStats_t *stats);

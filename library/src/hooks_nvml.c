@@ -1,6 +1,6 @@
 /* NVML as the container should see it: its limit as the device's memory, its own usage,
  * and only its own processes (the host PIDs of pids.config) in every list of processes, of
- * their samples and of their accounting. The device's utilisation (nvmlDeviceGetUtilizationRates)
+ * their samples, sessions and accounting. The device's utilisation (nvmlDeviceGetUtilizationRates)
  * is not hooked: it is the one figure the container shares with its neighbours. */
 #include <stddef.h>
 #include <stdlib.h>
@@ -81,7 +81,8 @@ static nvmlReturn_t fetch_list(void *ctx, unsigned int *n, void *buf)
 	return c->real(c->device, n, buf);
 }
 
-static nvmlReturn_t filtered_list(list_fn real, size_t elem, nvmlDevice_t device, unsigned int *count, void *infos)
+static nvmlReturn_t filtered_list(list_fn real, size_t elem, size_t pid_at, enum vgpu_nvml_protocol protocol,
+				  nvmlDevice_t device, unsigned int *count, void *infos)
 {
 	if (count == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
@@ -89,15 +90,15 @@ static nvmlReturn_t filtered_list(list_fn real, size_t elem, nvmlDevice_t device
 	void *kept;
 	unsigned int n;
 	vgpu_runtime_refresh_pids();
-	nvmlReturn_t r = vgpu_nvml_fetch_kept(fetch_list, &c, elem, 0, &vgpu_rt.pids, &kept, &n);
+	nvmlReturn_t r = vgpu_nvml_fetch_kept(fetch_list, &c, elem, pid_at, &vgpu_rt.pids, &kept, &n);
 	if (r != NVML_SUCCESS)
 		return r;
-	r = vgpu_nvml_hand_out(kept, n, elem, infos, count, NVML_SUCCESS);
+	r = vgpu_nvml_hand_out(kept, n, elem, infos, count, protocol);
 	free(kept);
 	return r;
 }
 
-#define PROCESS_LIST_HOOK(name, type)                                                                 \
+#define FILTERED_LIST_HOOK(name, type, pid_at, protocol)                                           \
 	nvmlReturn_t name(nvmlDevice_t device, unsigned int *count, type *infos)                      \
 	{                                                                                             \
 		__typeof__(&name) real = REAL(name);                                                  \
@@ -107,8 +108,10 @@ static nvmlReturn_t filtered_list(list_fn real, size_t elem, nvmlDevice_t device
 			return NVML_ERROR_NO_PERMISSION;                                              \
 		if (vgpu_runtime_mode() != VGPU_MODE_ENFORCE)                                        \
 			return real(device, count, infos);                                            \
-		return filtered_list((list_fn)(void *)real, sizeof(type), device, count, infos);      \
+		return filtered_list((list_fn)(void *)real, sizeof(type), pid_at, protocol, device,  \
+				     count, infos);                                                   \
 	}
+#define PROCESS_LIST_HOOK(name, type) FILTERED_LIST_HOOK(name, type, 0, VGPU_NVML_LIST)
 
 PROCESS_LIST_HOOK(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
 PROCESS_LIST_HOOK(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_t)
@@ -159,10 +162,17 @@ nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProc
 	if (r != NVML_SUCCESS)
 		return r;
 	r = vgpu_nvml_hand_out(kept, n, sizeof(nvmlProcessDetail_v1_t), plist->procArray, &plist->numProcArrayEntries,
-			       NVML_SUCCESS);
+			       VGPU_NVML_LIST);
 	free(kept);
 	return r;
 }
+
+/* The video encoder's and the frame-buffer capture's sessions, each with its process's PID
+ * (not their first member); a count of 0 asks for the count (answered NVML_SUCCESS). */
+FILTERED_LIST_HOOK(nvmlDeviceGetEncoderSessions, nvmlEncoderSessionInfo_t,
+		   offsetof(nvmlEncoderSessionInfo_t, pid), VGPU_NVML_SESSIONS)
+FILTERED_LIST_HOOK(nvmlDeviceGetFBCSessions, nvmlFBCSessionInfo_t, offsetof(nvmlFBCSessionInfo_t, pid),
+		   VGPU_NVML_SESSIONS)
 
 /* Accounting: the PIDs with statistics (their records are the PIDs themselves), and one
  * PID's statistics, which a neighbour's PID does not have as far as the container can tell. */
@@ -216,7 +226,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
 	nvmlReturn_t r = vgpu_nvml_fetch_kept(fetch_samples, &c, sizeof(*samples), 0, &vgpu_rt.pids, &kept, &n);
 	if (r != NVML_SUCCESS)
 		return r;
-	r = vgpu_nvml_hand_out(kept, n, sizeof(*samples), samples, count, NVML_ERROR_NOT_FOUND);
+	r = vgpu_nvml_hand_out(kept, n, sizeof(*samples), samples, count, VGPU_NVML_SAMPLES);
 	free(kept);
 	return r;
 }
@@ -258,7 +268,7 @@ nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProc
 	if (r != NVML_SUCCESS)
 		return r;
 	r = vgpu_nvml_hand_out(kept, n, sizeof(nvmlProcessUtilizationInfo_v1_t), info->procUtilArray,
-			       &info->processSamplesCount, NVML_ERROR_NOT_FOUND);
+			       &info->processSamplesCount, VGPU_NVML_SAMPLES);
 	free(kept);
 	return r;
 }

@@ -78,6 +78,18 @@ typedef struct {
 	nvmlProcessDetail_v1_t *procArray;
 } nvmlProcessDetailList_t;
 
+/* nvmlDeviceGetEncoderSessions */
+typedef struct {
+	unsigned int sessionId, pid, vgpuInstance, codecType;
+	unsigned int hResolution, vResolution, averageFps, averageLatency;
+} nvmlEncoderSessionInfo_t;
+
+/* nvmlDeviceGetFBCSessions */
+typedef struct {
+	unsigned int sessionId, pid, vgpuInstance, displayOrdinal, sessionType, sessionFlags;
+	unsigned int hMaxResolution, vMaxResolution, hResolution, vResolution, averageFPS, averageLatency;
+} nvmlFBCSessionInfo_t;
+
 /* nvmlDeviceGetAccountingStats */
 typedef struct {
 	unsigned int gpuUtilization, memoryUtilization;

@@ -56,11 +56,15 @@ nvmlReturn_t vgpu_nvml_fetch_kept(vgpu_nvml_fetch fetch, void *ctx, size_t elem,
 }
 
 nvmlReturn_t vgpu_nvml_hand_out(const void *kept, unsigned int n, size_t elem, void *dst, unsigned int *count,
-				nvmlReturn_t when_empty)
+				enum vgpu_nvml_protocol protocol)
 {
 	if (n == 0) {
 		*count = 0;
-		return when_empty;
+		return protocol == VGPU_NVML_SAMPLES ? NVML_ERROR_NOT_FOUND : NVML_SUCCESS;
+	}
+	if (protocol == VGPU_NVML_SESSIONS && *count == 0) {
+		*count = n;
+		return NVML_SUCCESS;
 	}
 	if (dst == NULL || *count < n) {
 		*count = n;

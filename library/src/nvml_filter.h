@@ -20,12 +20,15 @@ typedef nvmlReturn_t (*vgpu_nvml_fetch)(void *ctx, unsigned int *n, void *buf);
 nvmlReturn_t vgpu_nvml_fetch_kept(vgpu_nvml_fetch fetch, void *ctx, size_t elem, size_t pid_at,
 				  const struct vgpu_pids *pids, void **out, unsigned int *kept);
 
-/* Hands kept records to the caller with NVML's size protocol: dst NULL or *count below kept
- * sets *count to kept and answers NVML_ERROR_INSUFFICIENT_SIZE; otherwise copies them, sets
- * *count and answers NVML_SUCCESS. With nothing kept: *count = 0 and when_empty (a process
- * list answers NVML_SUCCESS, a sample query NVML_ERROR_NOT_FOUND: no sample of the
- * container's since the time asked). */
+/* How a call tells its caller the size: every one takes the caller's array size in the count
+ * and answers the records written; a NULL array or a count below the records sets the count
+ * and answers NVML_ERROR_INSUFFICIENT_SIZE. With nothing to answer: a process list
+ * NVML_SUCCESS, a sample query NVML_ERROR_NOT_FOUND (no sample since the time asked). A
+ * session list also answers a count of 0 with NVML_SUCCESS and the count of sessions. */
+enum vgpu_nvml_protocol { VGPU_NVML_LIST, VGPU_NVML_SAMPLES, VGPU_NVML_SESSIONS };
+
+/* Hands the n kept records to the caller's dst and *count in the call's protocol. */
 nvmlReturn_t vgpu_nvml_hand_out(const void *kept, unsigned int n, size_t elem, void *dst, unsigned int *count,
-				nvmlReturn_t when_empty);
+				enum vgpu_nvml_protocol protocol);
 
 #endif

@@ -69,18 +69,26 @@ static void test_keeps_ours_in_order(void)
 	/* the caller's protocol: a NULL buffer and a short one ask the count, the right size gets them */
 	nvmlProcessUtilizationInfo_v1_t out[4] = { 0 };
 	unsigned int count = 0;
-	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), NULL, &count, NVML_ERROR_NOT_FOUND),
+	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), NULL, &count, VGPU_NVML_SAMPLES),
 		     NVML_ERROR_INSUFFICIENT_SIZE);
 	CHECK_EQ_INT(count, 3);
 	count = 2;
-	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), out, &count, NVML_ERROR_NOT_FOUND),
+	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), out, &count, VGPU_NVML_SAMPLES),
 		     NVML_ERROR_INSUFFICIENT_SIZE);
 	CHECK_EQ_INT(count, 3);
 	CHECK(out[0].pid == 0, "nothing written into a buffer too short");
 	count = 4;
-	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), out, &count, NVML_ERROR_NOT_FOUND), NVML_SUCCESS);
+	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), out, &count, VGPU_NVML_SAMPLES), NVML_SUCCESS);
 	CHECK_EQ_INT(count, 3);
 	CHECK(out[2].pid == 100007 && out[3].pid == 0, "three records handed out");
+	/* a session list: a count of 0 is a question, answered NVML_SUCCESS */
+	count = 0;
+	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), out, &count, VGPU_NVML_SESSIONS), NVML_SUCCESS);
+	CHECK_EQ_INT(count, 3);
+	count = 1;
+	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), out, &count, VGPU_NVML_SESSIONS),
+		     NVML_ERROR_INSUFFICIENT_SIZE);
+	CHECK_EQ_INT(count, 3);
 	free(kept);
 }
 
@@ -99,11 +107,14 @@ static void test_none_of_ours(void)
 	CHECK(kept == NULL && n == 0, "kept %p, %u", kept, n);
 	unsigned int count = 64;
 	nvmlProcessUtilizationInfo_v1_t out[1];
-	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), out, &count, NVML_ERROR_NOT_FOUND),
+	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), out, &count, VGPU_NVML_SAMPLES),
 		     NVML_ERROR_NOT_FOUND);
 	CHECK_EQ_INT(count, 0);
 	count = 0;
-	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), NULL, &count, NVML_SUCCESS), NVML_SUCCESS);
+	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), NULL, &count, VGPU_NVML_LIST), NVML_SUCCESS);
+	CHECK_EQ_INT(count, 0);
+	count = 0;
+	CHECK_EQ_INT(vgpu_nvml_hand_out(kept, n, sizeof(out[0]), out, &count, VGPU_NVML_SESSIONS), NVML_SUCCESS);
 	CHECK_EQ_INT(count, 0);
 }
 

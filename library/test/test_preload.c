@@ -1224,7 +1224,7 @@ static void test_truncate(void)
 /* One line of "vgpu_probe nvmlviews": every listing of it shows exactly the PIDs in want
  * (want_n of them; 0 for none) with NVML's size protocol, and never the neighbour. */
 static void check_view(const char *out, const char *call, const unsigned *want, int want_n, unsigned neighbour,
-		       int empty_ret)
+		       int empty_ret, int query_ret)
 {
 	char key[48];
 	snprintf(key, sizeof(key), "\n%s query=", call);
@@ -1268,8 +1268,8 @@ static void check_view(const char *out, const char *call, const unsigned *want, 
 		return;
 	}
 	/* a NULL buffer and a buffer of 0 records ask for the count: the container's only */
-	CHECK(rq == NVML_ERROR_INSUFFICIENT_SIZE && q == (unsigned)want_n, "%s NULL query: %.200s", call, at);
-	CHECK(rs == NVML_ERROR_INSUFFICIENT_SIZE && sm == (unsigned)want_n, "%s buffer of 0: %.200s", call, at);
+	CHECK(rq == query_ret && q == (unsigned)want_n, "%s NULL query: %.200s", call, at);
+	CHECK(rs == query_ret && sm == (unsigned)want_n, "%s buffer of 0: %.200s", call, at);
 	CHECK(rl == NVML_SUCCESS && n == (unsigned)want_n, "%s list: %.200s", call, at);
 }
 
@@ -1277,11 +1277,12 @@ static const char *const process_views[] = {
 	"compute_v1", "compute_v2", "compute_v3", "graphics_v1", "graphics_v2", "graphics_v3", "mps_v1", "mps_v2",
 	"mps_v3", "accounting_pids", "details_mode0", "details_mode1", "details_mode2",
 };
+static const char *const session_views[] = { "encoder_sessions", "fbc_sessions" };
 static const char *const sample_views[] = { "samples", "util_info" };
 
 /* A neighbour on the same GPU (a process of no container of this claim: never registered,
  * not in pids.config) holds memory and keeps launching. Every NVML listing of processes, of
- * their samples and of their accounting shows the container only its own; the same probe
+ * their samples, sessions and accounting shows the container only its own; the same probe
  * without the library sees the neighbour everywhere (the fake lists it: the checks can fail). */
 static void test_nvmlneighbours(void)
 {
@@ -1305,10 +1306,15 @@ static void test_nvmlneighbours(void)
 		const char *at = strstr(res.out, "pid ");
 		unsigned self = at ? (unsigned)atoi(at + 4) + PID_OFFSET : 0;
 		for (size_t i = 0; i < sizeof(process_views) / sizeof(process_views[0]); i++)
-			check_view(res.out, process_views[i], &self, 1, neighbour, NVML_SUCCESS);
+			check_view(res.out, process_views[i], &self, 1, neighbour, NVML_SUCCESS,
+				   NVML_ERROR_INSUFFICIENT_SIZE);
+		/* sessions: a count of 0 is NVML's question, answered NVML_SUCCESS */
+		for (size_t i = 0; i < sizeof(session_views) / sizeof(session_views[0]); i++)
+			check_view(res.out, session_views[i], &self, 1, neighbour, NVML_SUCCESS, NVML_SUCCESS);
 		/* samples: its own launch, or none of the container's (NVML's "no sample" answer) */
 		for (size_t i = 0; i < sizeof(sample_views) / sizeof(sample_views[0]); i++)
-			check_view(res.out, sample_views[i], &self, launch, neighbour, NVML_ERROR_NOT_FOUND);
+			check_view(res.out, sample_views[i], &self, launch, neighbour, NVML_ERROR_NOT_FOUND,
+				   NVML_ERROR_INSUFFICIENT_SIZE);
 		CHECK_STR_CONTAINS(res.out, "stats_neighbour=6"); /* NVML_ERROR_NOT_FOUND */
 		CHECK_STR_CONTAINS(res.out, "stats_own=0");
 	}
@@ -1316,13 +1322,20 @@ static void test_nvmlneighbours(void)
 	/* the control: without the library the neighbour is in every listing (its samples only if
 	 * it launched in the last second: asked again a few times on a machine too loaded for that) */
 	struct run res;
-	const size_t nviews = sizeof(process_views) / sizeof(process_views[0]) + 2;
+	const char *every[sizeof(process_views) / sizeof(process_views[0]) + 4];
+	size_t nviews = 0;
+	for (size_t i = 0; i < sizeof(process_views) / sizeof(process_views[0]); i++)
+		every[nviews++] = process_views[i];
+	for (size_t i = 0; i < 2; i++) {
+		every[nviews++] = session_views[i];
+		every[nviews++] = sample_views[i];
+	}
 	const char *missing = NULL;
 	for (int attempt = 0; attempt < 5; attempt++) {
 		run(&r, "", PROBE("nvmlviews", arg, "1"), bare, &res);
 		missing = NULL;
 		for (size_t i = 0; i < nviews && missing == NULL; i++) {
-			const char *call = i < nviews - 2 ? process_views[i] : sample_views[i - (nviews - 2)];
+			const char *call = every[i];
 			char key[64], want[24];
 			snprintf(key, sizeof(key), "\n%s query=", call);
 			snprintf(want, sizeof(want), " %u ", neighbour);

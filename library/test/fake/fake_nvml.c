@@ -3,8 +3,9 @@
  * container); dead and zombie processes are not listed (the driver frees their memory);
  * utilisation is the busy share of each process's launches in the sampling window. Every
  * process of the state file is on the device, whoever's container it is in: the compute,
- * graphics and MPS lists, the detail list, both sample queries and accounting list the same
- * processes (the neighbours a container must not see). */
+ * graphics and MPS lists, the detail list, both sample queries, accounting and the encoder's
+ * and frame-buffer capture's sessions list the same processes (the neighbours a container must
+ * not see). */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -191,6 +192,42 @@ API nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t d, nvmlProce
 	if (l->version != nvmlProcessDetailList_v1)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
 	return list(d, &l->numProcArrayEntries, l->procArray, sizeof(*l->procArray));
+}
+
+/* One encoder and one capture session per process (pid the second member); a count of 0
+ * asks for the count, answered NVML_SUCCESS, as NVML documents for these two. */
+static nvmlReturn_t sessions(nvmlDevice_t device, unsigned int *count, void *infos, size_t elem)
+{
+	int dev = dev_index(device);
+	if (dev < 0 || count == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	struct fake_state *s = fake_state();
+	unsigned int n = 0, cap = infos ? *count : 0;
+	fake_lock();
+	for (int p = 0; p < FAKE_MAX_PROCS; p++) {
+		struct fake_proc *fp = &s->procs[p];
+		if (fp->pid == 0 || fp->used[dev] == 0 || !fake_pid_alive(fp->pid))
+			continue;
+		if (n < cap) {
+			unsigned int rec[2] = { (unsigned int)p + 1, (unsigned int)fp->pid + fake_pid_offset() };
+			memset((unsigned char *)infos + n * elem, 0, elem);
+			memcpy((unsigned char *)infos + n * elem, rec, sizeof(rec));
+		}
+		n++;
+	}
+	fake_unlock();
+	int asked = *count == 0;
+	*count = n;
+	return asked || n <= cap ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+}
+
+API nvmlReturn_t nvmlDeviceGetEncoderSessions(nvmlDevice_t d, unsigned int *c, nvmlEncoderSessionInfo_t *i)
+{
+	return sessions(d, c, i, sizeof(*i));
+}
+API nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t d, unsigned int *c, nvmlFBCSessionInfo_t *i)
+{
+	return sessions(d, c, i, sizeof(*i));
 }
 
 /* Accounting: every process of the state that is still there (a fake keeps no records of

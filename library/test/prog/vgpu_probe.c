@@ -7,7 +7,7 @@
  *   info                 memory info through CUDA and NVML, the NVML process list
  *   busy <MiB>           allocate, then launch a small kernel every 20 ms; "busy" after the first
  *   nvmlviews <pid> <0|1>  allocate 16 MiB, launch a kernel (1) or not (0), then every NVML
- *                        listing of processes, samples and accounting, each asked three ways (a
+ *                        listing of processes, samples, sessions and accounting, each asked three ways (a
  *                        NULL buffer, a buffer of 0 records, a buffer of 64), one line each:
  *                        "<call> query=<ret>/<count> small=<ret>/<count> list=<ret>/<count>
  *                        pids=<pid> ..."; then the accounting statistics of <pid> (a
@@ -114,7 +114,8 @@ static const struct { const char *name; void *linked; } nvml_names[] = {
 	N(nvmlDeviceGetGraphicsRunningProcesses_v3), N(nvmlDeviceGetMPSComputeRunningProcesses),
 	N(nvmlDeviceGetMPSComputeRunningProcesses_v2), N(nvmlDeviceGetMPSComputeRunningProcesses_v3),
 	N(nvmlDeviceGetRunningProcessDetailList), N(nvmlDeviceGetProcessUtilization),
-	N(nvmlDeviceGetProcessesUtilizationInfo), N(nvmlDeviceGetAccountingPids), N(nvmlDeviceGetAccountingStats),
+	N(nvmlDeviceGetProcessesUtilizationInfo), N(nvmlDeviceGetEncoderSessions), N(nvmlDeviceGetFBCSessions),
+	N(nvmlDeviceGetAccountingPids), N(nvmlDeviceGetAccountingStats),
 };
 
 /* p must be libvgpu's export of exactly `name` */
@@ -371,6 +372,8 @@ LIST_VIEW(nvmlDeviceGetMPSComputeRunningProcesses)
 LIST_VIEW(nvmlDeviceGetMPSComputeRunningProcesses_v2)
 LIST_VIEW(nvmlDeviceGetMPSComputeRunningProcesses_v3)
 LIST_VIEW(nvmlDeviceGetAccountingPids)
+LIST_VIEW(nvmlDeviceGetEncoderSessions)
+LIST_VIEW(nvmlDeviceGetFBCSessions)
 
 static nvmlReturn_t view_samples(nvmlDevice_t d, unsigned int *n, void *buf, void *ctx)
 {
@@ -428,6 +431,10 @@ static int cmd_nvmlviews(unsigned int neighbour, int launch)
 	};
 	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
 		show_views(lists[i].name, d, lists[i].fn, NULL, lists[i].elem, 0);
+	show_views("encoder_sessions", d, view_nvmlDeviceGetEncoderSessions, NULL, sizeof(nvmlEncoderSessionInfo_t),
+		   offsetof(nvmlEncoderSessionInfo_t, pid));
+	show_views("fbc_sessions", d, view_nvmlDeviceGetFBCSessions, NULL, sizeof(nvmlFBCSessionInfo_t),
+		   offsetof(nvmlFBCSessionInfo_t, pid));
 	for (unsigned int mode = 0; mode < 3; mode++) {
 		char name[32];
 		snprintf(name, sizeof(name), "details_mode%u", mode);

@@ -63,7 +63,20 @@
 	X(nvmlDeviceGetMemoryInfo_v2)             \
 	X(nvmlDeviceGetComputeRunningProcesses)   \
 	X(nvmlDeviceGetComputeRunningProcesses_v2) \
-	X(nvmlDeviceGetComputeRunningProcesses_v3)
+	X(nvmlDeviceGetComputeRunningProcesses_v3) \
+	X(nvmlDeviceGetGraphicsRunningProcesses)  \
+	X(nvmlDeviceGetGraphicsRunningProcesses_v2) \
+	X(nvmlDeviceGetGraphicsRunningProcesses_v3) \
+	X(nvmlDeviceGetMPSComputeRunningProcesses) \
+	X(nvmlDeviceGetMPSComputeRunningProcesses_v2) \
+	X(nvmlDeviceGetMPSComputeRunningProcesses_v3) \
+	X(nvmlDeviceGetRunningProcessDetailList)  \
+	X(nvmlDeviceGetProcessUtilization)        \
+	X(nvmlDeviceGetProcessesUtilizationInfo)  \
+	X(nvmlDeviceGetEncoderSessions)           \
+	X(nvmlDeviceGetFBCSessions)               \
+	X(nvmlDeviceGetAccountingPids)            \
+	X(nvmlDeviceGetAccountingStats)
 
 /* Functions of the driver the hooks call without hooking them. */
 #define VGPU_CUDA_USED(X)      \
@@ -81,7 +94,6 @@
 
 #define VGPU_NVML_USED(X)                     \
 	X(nvmlDeviceGetHandleByUUID)          \
-	X(nvmlDeviceGetUUID)                  \
-	X(nvmlDeviceGetProcessUtilization)
+	X(nvmlDeviceGetUUID)
 
 #endif

@@ -82,6 +82,30 @@ VGPU_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t de
 								 nvmlProcessInfo_t *infos);
 VGPU_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
 								 nvmlProcessInfo_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *count,
+							       nvmlProcessInfo_v1_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
+								  nvmlProcessInfo_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+								  nvmlProcessInfo_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *count,
+								 nvmlProcessInfo_v1_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
+								    nvmlProcessInfo_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+								    nvmlProcessInfo_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_t *plist);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+							 nvmlProcessUtilizationSample_t *samples,
+							 unsigned int *count, unsigned long long lastSeenTimeStamp);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
+							       nvmlProcessesUtilizationInfo_t *info);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetEncoderSessions(nvmlDevice_t device, unsigned int *count,
+						      nvmlEncoderSessionInfo_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int *count, nvmlFBCSessionInfo_t *infos);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count, unsigned int *pids);
+VGPU_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid,
+						      nvmlAccountingStats_t *stats);
 
 /* Driver functions called, never hooked (declared for their types only). */
 CUresult cuCtxGetDevice(CUdevice *dev);
@@ -97,7 +121,5 @@ CUresult cuEventQuery(CUevent event);
 CUresult cuEventDestroy_v2(CUevent event);
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
-nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *samples,
-					     unsigned int *count, unsigned long long lastSeenTimeStamp);
 
 #endif

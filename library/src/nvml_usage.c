@@ -74,7 +74,7 @@ int vgpu_nvml_container_util(nvmlDevice_t dev, const struct vgpu_pids *pids, uin
 			     double *util_pct)
 {
 	nvmlReturn_t (*get)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned int *, unsigned long long) =
-		USED(nvmlDeviceGetProcessUtilization);
+		REAL(nvmlDeviceGetProcessUtilization);
 	if (get == NULL)
 		return -1;
 	unsigned int n = 0;

@@ -4,7 +4,7 @@
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
  *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm|asyncfree|
- *                 ledgerlock|truncate|wake|allowance|arrays|ctxlimits|legacylaunch> */
+ *                 ledgerlock|truncate|wake|allowance|arrays|ctxlimits|legacylaunch|nvmlneighbours> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../src/nvml_api.h"
 #include "fake/fake_state.h"
 #include "server/scripted_registry.h"
 #include "test_util.h"
@@ -1220,6 +1221,141 @@ static void test_truncate(void)
 	root_teardown(&r);
 }
 
+/* One line of "vgpu_probe nvmlviews": every listing of it shows exactly the PIDs in want
+ * (want_n of them; 0 for none) with NVML's size protocol, and never the neighbour. */
+static void check_view(const char *out, const char *call, const unsigned *want, int want_n, unsigned neighbour,
+		       int empty_ret, int query_ret)
+{
+	char key[48];
+	snprintf(key, sizeof(key), "\n%s query=", call);
+	const char *at = strstr(out, key);
+	CHECK(at != NULL, "no %s line: %s", call, out);
+	if (at == NULL)
+		return;
+	at += strlen(key) - strlen("query=");
+	int rq, rs, rl;
+	unsigned q, sm, n;
+	CHECK(sscanf(at, "query=%d/%u small=%d/%u list=%d/%u", &rq, &q, &rs, &sm, &rl, &n) == 6, "%s: %.200s", call,
+	      at);
+	const char *pids = strstr(at, "pids=");
+	const char *eol = strchr(at, '\n');
+	CHECK(pids != NULL && eol != NULL && pids < eol, "%s: %.200s", call, at);
+	if (pids == NULL || eol == NULL)
+		return;
+	int listed = 0, saw_neighbour = 0, all_wanted = 1;
+	for (const char *p = pids + 5; p < eol;) {
+		char *end;
+		unsigned pid = (unsigned)strtoul(p, &end, 10);
+		if (end == p)
+			break;
+		listed++;
+		saw_neighbour |= pid == neighbour;
+		int wanted = 0;
+		for (int k = 0; k < want_n; k++)
+			wanted |= pid == want[k];
+		all_wanted &= wanted;
+		p = end;
+		while (*p == ' ')
+			p++;
+	}
+	CHECK(!saw_neighbour, "%s showed the neighbour's PID %u: %.200s", call, neighbour, at);
+	CHECK(all_wanted && listed == want_n, "%s listed %d PIDs, want %d of the container's: %.200s", call, listed,
+	      want_n, at);
+	if (want_n == 0) {
+		/* nothing of the container's: the empty answer every way it is asked */
+		CHECK(rq == empty_ret && q == 0 && rs == empty_ret && sm == 0 && rl == empty_ret && n == 0,
+		      "%s with nothing of the container's: %.200s", call, at);
+		return;
+	}
+	/* a NULL buffer and a buffer of 0 records ask for the count: the container's only */
+	CHECK(rq == query_ret && q == (unsigned)want_n, "%s NULL query: %.200s", call, at);
+	CHECK(rs == query_ret && sm == (unsigned)want_n, "%s buffer of 0: %.200s", call, at);
+	CHECK(rl == NVML_SUCCESS && n == (unsigned)want_n, "%s list: %.200s", call, at);
+}
+
+static const char *const process_views[] = {
+	"compute_v1", "compute_v2", "compute_v3", "graphics_v1", "graphics_v2", "graphics_v3", "mps_v1", "mps_v2",
+	"mps_v3", "accounting_pids", "details_mode0", "details_mode1", "details_mode2",
+};
+static const char *const session_views[] = { "encoder_sessions", "fbc_sessions" };
+static const char *const sample_views[] = { "samples", "util_info" };
+
+/* A neighbour on the same GPU (a process of no container of this claim: never registered,
+ * not in pids.config) holds memory and keeps launching. Every NVML listing of processes, of
+ * their samples, sessions and accounting shows the container only its own; the same probe
+ * without the library sees the neighbour everywhere (the fake lists it: the checks can fail). */
+static void test_nvmlneighbours(void)
+{
+	struct root r;
+	root_setup(&r, "OK");
+	const char *tag[] = { "neighbour" };
+	const char *bare[] = { "LD_PRELOAD", NULL };
+	pid_t nb = spawn(&r, "", PROBE("busy", "16"), bare, tag[0]);
+	int dummy;
+	CHECK(wait_lines(&r, tag, 1, "busy", &dummy) == 0, "the neighbour did not start");
+	unsigned neighbour = (unsigned)nb + PID_OFFSET;
+	char arg[16];
+	snprintf(arg, sizeof(arg), "%u", neighbour);
+
+	/* without a launch first: a process of the container that ran stays in pids.config and in
+	 * the samples of the next second */
+	for (int launch = 0; launch <= 1; launch++) {
+		struct run res;
+		run(&r, LIBVGPU_TEST, PROBE("nvmlviews", arg, launch ? "1" : "0"), NULL, &res);
+		CHECK(res.status == 0, "nvmlviews %d: exit %d %s %s", launch, res.status, res.out, res.err);
+		const char *at = strstr(res.out, "pid ");
+		unsigned self = at ? (unsigned)atoi(at + 4) + PID_OFFSET : 0;
+		for (size_t i = 0; i < sizeof(process_views) / sizeof(process_views[0]); i++)
+			check_view(res.out, process_views[i], &self, 1, neighbour, NVML_SUCCESS,
+				   NVML_ERROR_INSUFFICIENT_SIZE);
+		/* sessions: a count of 0 is NVML's question, answered NVML_SUCCESS */
+		for (size_t i = 0; i < sizeof(session_views) / sizeof(session_views[0]); i++)
+			check_view(res.out, session_views[i], &self, 1, neighbour, NVML_SUCCESS, NVML_SUCCESS);
+		/* samples: its own launch, or none of the container's (NVML's "no sample" answer) */
+		for (size_t i = 0; i < sizeof(sample_views) / sizeof(sample_views[0]); i++)
+			check_view(res.out, sample_views[i], &self, launch, neighbour, NVML_ERROR_NOT_FOUND,
+				   NVML_ERROR_INSUFFICIENT_SIZE);
+		CHECK_STR_CONTAINS(res.out, "stats_neighbour=6"); /* NVML_ERROR_NOT_FOUND */
+		CHECK_STR_CONTAINS(res.out, "stats_own=0");
+	}
+
+	/* the control: without the library the neighbour is in every listing (its samples only if
+	 * it launched in the last second: asked again a few times on a machine too loaded for that) */
+	struct run res;
+	const char *every[sizeof(process_views) / sizeof(process_views[0]) + 4];
+	size_t nviews = 0;
+	for (size_t i = 0; i < sizeof(process_views) / sizeof(process_views[0]); i++)
+		every[nviews++] = process_views[i];
+	for (size_t i = 0; i < 2; i++) {
+		every[nviews++] = session_views[i];
+		every[nviews++] = sample_views[i];
+	}
+	const char *missing = NULL;
+	for (int attempt = 0; attempt < 5; attempt++) {
+		run(&r, "", PROBE("nvmlviews", arg, "1"), bare, &res);
+		missing = NULL;
+		for (size_t i = 0; i < nviews && missing == NULL; i++) {
+			const char *call = every[i];
+			char key[64], want[24];
+			snprintf(key, sizeof(key), "\n%s query=", call);
+			snprintf(want, sizeof(want), " %u ", neighbour);
+			const char *at = strstr(res.out, key);
+			const char *eol = at ? strchr(at + 1, '\n') : NULL;
+			const char *hit = at ? strstr(at, want) : NULL;
+			if (hit == NULL || eol == NULL || hit > eol)
+				missing = call;
+		}
+		if (missing == NULL)
+			break;
+	}
+	CHECK(res.status == 0, "nvmlviews without the library: exit %d %s %s", res.status, res.out, res.err);
+	CHECK(missing == NULL, "the fake did not list the neighbour in %s: %s", missing ? missing : "", res.out);
+	CHECK_STR_CONTAINS(res.out, "stats_neighbour=0");
+	kill(nb, SIGKILL);
+	waitpid(nb, NULL, 0);
+	root_teardown(&r);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct test_case tests[] = {
@@ -1231,7 +1367,7 @@ int main(int argc, char **argv)
 		{ "vmm", test_vmm }, { "asyncfree", test_asyncfree },
 		{ "ledgerlock", test_ledgerlock }, { "truncate", test_truncate }, { "wake", test_wake },
 		{ "allowance", test_allowance }, { "arrays", test_arrays }, { "ctxlimits", test_ctxlimits },
-		{ "legacylaunch", test_legacylaunch },
+		{ "legacylaunch", test_legacylaunch }, { "nvmlneighbours", test_nvmlneighbours },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

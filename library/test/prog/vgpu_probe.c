@@ -5,6 +5,13 @@
  *        the limit through the resolved functions
  *   init                 cuInit and nvmlInit_v2 results
  *   info                 memory info through CUDA and NVML, the NVML process list
+ *   busy <MiB>           allocate, then launch a small kernel every 20 ms; "busy" after the first
+ *   nvmlviews <pid> <0|1>  allocate 16 MiB, launch a kernel (1) or not (0), then every NVML
+ *                        listing of processes, samples, sessions and accounting, each asked three ways (a
+ *                        NULL buffer, a buffer of 0 records, a buffer of 64), one line each:
+ *                        "<call> query=<ret>/<count> small=<ret>/<count> list=<ret>/<count>
+ *                        pids=<pid> ..."; then the accounting statistics of <pid> (a
+ *                        neighbour's host PID) and of its own
  *   alloc <MiB>...       print the PID (as the process sees it), allocate, print each result, keep
  *   hold <MiB>           the same, then print "held" and wait to be killed
  *   fork <MiB> <MiB> <MiB>  allocate the first; a forked child allocates the second and exits
@@ -36,6 +43,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +110,12 @@ static const struct { const char *name; void *linked; } nvml_names[] = {
 	N(nvmlInit), N(nvmlInit_v2), N(nvmlInitWithFlags), N(nvmlDeviceGetMemoryInfo),
 	N(nvmlDeviceGetMemoryInfo_v2), N(nvmlDeviceGetComputeRunningProcesses),
 	N(nvmlDeviceGetComputeRunningProcesses_v2), N(nvmlDeviceGetComputeRunningProcesses_v3),
+	N(nvmlDeviceGetGraphicsRunningProcesses), N(nvmlDeviceGetGraphicsRunningProcesses_v2),
+	N(nvmlDeviceGetGraphicsRunningProcesses_v3), N(nvmlDeviceGetMPSComputeRunningProcesses),
+	N(nvmlDeviceGetMPSComputeRunningProcesses_v2), N(nvmlDeviceGetMPSComputeRunningProcesses_v3),
+	N(nvmlDeviceGetRunningProcessDetailList), N(nvmlDeviceGetProcessUtilization),
+	N(nvmlDeviceGetProcessesUtilizationInfo), N(nvmlDeviceGetEncoderSessions), N(nvmlDeviceGetFBCSessions),
+	N(nvmlDeviceGetAccountingPids), N(nvmlDeviceGetAccountingStats),
 };
 
 /* p must be libvgpu's export of exactly `name` */
@@ -303,6 +317,136 @@ static int cmd_info(void)
 	for (unsigned i = 0; i < n && r == 0; i++)
 		printf("%u:%llu ", procs[i].pid, procs[i].usedGpuMemory);
 	printf("\n");
+	return 0;
+}
+
+static int cmd_busy(uint64_t mib)
+{
+	setup();
+	CUdeviceptr p;
+	if (cuMemAlloc_v2(&p, mib * MiB) != CUDA_SUCCESS)
+		return 8;
+	for (int first = 1;; first = 0) {
+		if (cuLaunchKernel(NULL, 1000, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+			return 8;
+		if (first) {
+			printf("busy\n");
+			fflush(stdout);
+		}
+		usleep(20000);
+	}
+}
+
+/* One listing asked three ways; rec: records of elem bytes, the pid pid_at bytes in. */
+typedef nvmlReturn_t (*views_fn)(nvmlDevice_t, unsigned int *, void *, void *ctx);
+
+static void show_views(const char *name, nvmlDevice_t d, views_fn fn, void *ctx, size_t elem, size_t pid_at)
+{
+	static unsigned char buf[64 * 64];
+	unsigned int q = 0, small = 0, n = 64;
+	nvmlReturn_t rq = fn(d, &q, NULL, ctx);
+	nvmlReturn_t rs = fn(d, &small, buf, ctx);
+	nvmlReturn_t r = fn(d, &n, buf, ctx);
+	printf("%s query=%d/%u small=%d/%u list=%d/%u pids=", name, rq, q, rs, small, r, n);
+	for (unsigned int i = 0; r == NVML_SUCCESS && i < n && i < 64; i++) {
+		unsigned int pid;
+		memcpy(&pid, buf + i * elem + pid_at, sizeof(pid));
+		printf(" %u", pid);
+	}
+	printf(" \n");
+}
+
+#define LIST_VIEW(fn)                                                                        \
+	static nvmlReturn_t view_##fn(nvmlDevice_t d, unsigned int *n, void *buf, void *ctx) \
+	{                                                                                    \
+		(void)ctx;                                                                   \
+		return fn(d, n, buf);                                                        \
+	}
+LIST_VIEW(nvmlDeviceGetComputeRunningProcesses)
+LIST_VIEW(nvmlDeviceGetComputeRunningProcesses_v2)
+LIST_VIEW(nvmlDeviceGetComputeRunningProcesses_v3)
+LIST_VIEW(nvmlDeviceGetGraphicsRunningProcesses)
+LIST_VIEW(nvmlDeviceGetGraphicsRunningProcesses_v2)
+LIST_VIEW(nvmlDeviceGetGraphicsRunningProcesses_v3)
+LIST_VIEW(nvmlDeviceGetMPSComputeRunningProcesses)
+LIST_VIEW(nvmlDeviceGetMPSComputeRunningProcesses_v2)
+LIST_VIEW(nvmlDeviceGetMPSComputeRunningProcesses_v3)
+LIST_VIEW(nvmlDeviceGetAccountingPids)
+LIST_VIEW(nvmlDeviceGetEncoderSessions)
+LIST_VIEW(nvmlDeviceGetFBCSessions)
+
+static nvmlReturn_t view_samples(nvmlDevice_t d, unsigned int *n, void *buf, void *ctx)
+{
+	(void)ctx;
+	return nvmlDeviceGetProcessUtilization(d, buf, n, 0);
+}
+
+static nvmlReturn_t view_util_info(nvmlDevice_t d, unsigned int *n, void *buf, void *ctx)
+{
+	(void)ctx;
+	nvmlProcessesUtilizationInfo_t u = { .version = nvmlProcessesUtilizationInfo_v1, .processSamplesCount = *n,
+					     .procUtilArray = buf };
+	nvmlReturn_t r = nvmlDeviceGetProcessesUtilizationInfo(d, &u);
+	*n = u.processSamplesCount;
+	return r;
+}
+
+static nvmlReturn_t view_details(nvmlDevice_t d, unsigned int *n, void *buf, void *ctx)
+{
+	nvmlProcessDetailList_t l = { .version = nvmlProcessDetailList_v1, .mode = *(unsigned int *)ctx,
+				      .numProcArrayEntries = *n, .procArray = buf };
+	nvmlReturn_t r = nvmlDeviceGetRunningProcessDetailList(d, &l);
+	*n = l.numProcArrayEntries;
+	return r;
+}
+
+static int cmd_nvmlviews(unsigned int neighbour, int launch)
+{
+	setup();
+	printf("pid %d\n", (int)getpid());
+	CUdeviceptr p;
+	if (cuMemAlloc_v2(&p, 16 * MiB) != CUDA_SUCCESS)
+		return 8;
+	nvmlDevice_t d;
+	if (nvmlInit_v2() != NVML_SUCCESS || nvmlDeviceGetHandleByIndex_v2(0, &d) != NVML_SUCCESS)
+		return 7;
+	/* the samples first, right after the launch: they cover the last second only */
+	if (launch && (cuLaunchKernel(NULL, 1000, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS ||
+		       cuCtxSynchronize() != CUDA_SUCCESS))
+		return 8;
+	show_views("samples", d, view_samples, NULL, sizeof(nvmlProcessUtilizationSample_t), 0);
+	show_views("util_info", d, view_util_info, NULL, sizeof(nvmlProcessUtilizationInfo_v1_t),
+		   offsetof(nvmlProcessUtilizationInfo_v1_t, pid));
+	static const struct { const char *name; views_fn fn; size_t elem; } lists[] = {
+		{ "compute_v1", view_nvmlDeviceGetComputeRunningProcesses, sizeof(nvmlProcessInfo_v1_t) },
+		{ "compute_v2", view_nvmlDeviceGetComputeRunningProcesses_v2, sizeof(nvmlProcessInfo_t) },
+		{ "compute_v3", view_nvmlDeviceGetComputeRunningProcesses_v3, sizeof(nvmlProcessInfo_t) },
+		{ "graphics_v1", view_nvmlDeviceGetGraphicsRunningProcesses, sizeof(nvmlProcessInfo_v1_t) },
+		{ "graphics_v2", view_nvmlDeviceGetGraphicsRunningProcesses_v2, sizeof(nvmlProcessInfo_t) },
+		{ "graphics_v3", view_nvmlDeviceGetGraphicsRunningProcesses_v3, sizeof(nvmlProcessInfo_t) },
+		{ "mps_v1", view_nvmlDeviceGetMPSComputeRunningProcesses, sizeof(nvmlProcessInfo_v1_t) },
+		{ "mps_v2", view_nvmlDeviceGetMPSComputeRunningProcesses_v2, sizeof(nvmlProcessInfo_t) },
+		{ "mps_v3", view_nvmlDeviceGetMPSComputeRunningProcesses_v3, sizeof(nvmlProcessInfo_t) },
+		{ "accounting_pids", view_nvmlDeviceGetAccountingPids, sizeof(unsigned int) },
+	};
+	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
+		show_views(lists[i].name, d, lists[i].fn, NULL, lists[i].elem, 0);
+	show_views("encoder_sessions", d, view_nvmlDeviceGetEncoderSessions, NULL, sizeof(nvmlEncoderSessionInfo_t),
+		   offsetof(nvmlEncoderSessionInfo_t, pid));
+	show_views("fbc_sessions", d, view_nvmlDeviceGetFBCSessions, NULL, sizeof(nvmlFBCSessionInfo_t),
+		   offsetof(nvmlFBCSessionInfo_t, pid));
+	for (unsigned int mode = 0; mode < 3; mode++) {
+		char name[32];
+		snprintf(name, sizeof(name), "details_mode%u", mode);
+		show_views(name, d, view_details, &mode, sizeof(nvmlProcessDetail_v1_t), 0);
+	}
+	nvmlAccountingStats_t st;
+	printf("stats_neighbour=%d\n", nvmlDeviceGetAccountingStats(d, neighbour, &st));
+	/* its own host PID: the first of the compute list */
+	nvmlProcessInfo_t own[64];
+	unsigned int n = 64;
+	nvmlReturn_t r = nvmlDeviceGetComputeRunningProcesses_v3(d, &n, own);
+	printf("stats_own=%d\n", r == NVML_SUCCESS && n > 0 ? nvmlDeviceGetAccountingStats(d, own[0].pid, &st) : -1);
 	return 0;
 }
 
@@ -710,6 +854,10 @@ int main(int argc, char **argv)
 		return cmd_alloc(argc - 2, argv + 2, 0);
 	if (argc >= 3 && strcmp(argv[1], "hold") == 0)
 		return cmd_alloc(argc - 2, argv + 2, 1);
+	if (argc >= 3 && strcmp(argv[1], "busy") == 0)
+		return cmd_busy(strtoull(argv[2], NULL, 10));
+	if (argc >= 4 && strcmp(argv[1], "nvmlviews") == 0)
+		return cmd_nvmlviews((unsigned int)strtoul(argv[2], NULL, 10), atoi(argv[3]));
 	if (argc >= 4 && strcmp(argv[1], "vmm") == 0)
 		return cmd_vmm(strtoull(argv[2], NULL, 10), atoi(argv[3]));
 	if (argc >= 3 && strcmp(argv[1], "vmmrefs") == 0)
@@ -732,6 +880,6 @@ int main(int argc, char **argv)
 		return cmd_wake(argv[2]);
 	if (argc >= 5 && strcmp(argv[1], "follow") == 0)
 		return cmd_follow(argv[2], argv[3], atoi(argv[4]));
-	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|fork|fill|launch|arrays|limits|wake|follow|vmm|vmmrefs|asyncfree|stdin ...\n");
+	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|busy|nvmlviews|fork|fill|launch|arrays|limits|wake|follow|vmm|vmmrefs|asyncfree|stdin ...\n");
 	return 2;
 }

@@ -1,9 +1,12 @@
 package chartpolicy
 
 import (
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/vgpu-dra/vgpu-dra/pkg/api/v1alpha1"
@@ -36,8 +39,8 @@ func TestComputeDeviceClasses(t *testing.T) {
 			t.Errorf("no DeviceClass %s", name)
 			continue
 		}
-		if c.Spec.ExtendedResourceName != nil || len(c.Spec.Selectors) != 1 || c.Spec.Selectors[0].CEL.Expression != `device.driver == "vgpu.dra.dev"` {
-			t.Errorf("%s: %+v", name, c.Spec)
+		if c.Spec.ExtendedResourceName != nil || !selects(t, c, wholeGPU) || selects(t, c, partition) || selects(t, c, foreignDevice) {
+			t.Errorf("%s: %+v; want the driver's whole GPUs selected, its MIG partitions and other drivers' devices not", name, c.Spec)
 		}
 		// What the scheduler copies into the allocation result, as Prepare resolves it.
 		var configs []resourceapi.DeviceAllocationConfiguration
@@ -50,7 +53,57 @@ func TestComputeDeviceClasses(t *testing.T) {
 			t.Errorf("%s: configuration %+v, %v; want class %s, no ceiling", name, cfg, err, want)
 		}
 	}
+	if main := classes["vgpu.dra.dev"]; !selects(t, main, wholeGPU) || selects(t, main, partition) {
+		t.Errorf("the main class must select whole GPUs only: %+v", main.Spec)
+	}
 	if got := render(false); len(got) != 1 {
 		t.Errorf("computeClasses off: %d DeviceClasses, want 1", len(got))
 	}
+}
+
+// TestMIGDeviceClass: with mig.gpus set, the chart adds mig.vgpu.dra.dev, which selects the MIG
+// partitions and nothing else (contract §18), and the webhook counts its requests as vGPU
+// requests; without, there is no such class.
+func TestMIGDeviceClass(t *testing.T) {
+	classes := map[string]resourceapi.DeviceClass{}
+	for _, doc := range renderTemplate(t, "deviceclass.yaml", map[string]any{"mig.gpus": "all"}) {
+		var c resourceapi.DeviceClass
+		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
+			t.Fatalf("a DeviceClass of the chart: %v\n%s", err, doc)
+		}
+		classes[c.Name] = c
+	}
+	mig, ok := classes["mig.vgpu.dra.dev"]
+	if !ok || !selects(t, mig, partition) || selects(t, mig, wholeGPU) || mig.Spec.ExtendedResourceName != nil {
+		t.Fatalf("mig.vgpu.dra.dev %+v (present %v): want a class of the partitions only", mig.Spec, ok)
+	}
+	for _, doc := range renderTemplate(t, "deviceclass.yaml", nil) {
+		if strings.Contains(doc, "mig.vgpu.dra.dev") {
+			t.Error("mig.vgpu.dra.dev rendered with mig.gpus empty")
+		}
+	}
+}
+
+// The devices a class is checked against: a whole GPU and a MIG partition as the plugin
+// publishes them, and another driver's.
+var (
+	wholeGPU      = cel.Device{Driver: "vgpu.dra.dev", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": {StringValue: ptr.To("vgpu")}}}
+	partition     = cel.Device{Driver: "vgpu.dra.dev", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": {StringValue: ptr.To("mig")}, "migProfile": {StringValue: ptr.To("1g.18gb")}}}
+	foreignDevice = cel.Device{Driver: "gpu.example.com", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": {StringValue: ptr.To("vgpu")}}}
+)
+
+// selects evaluates the class's selectors as the scheduler does.
+func selects(t *testing.T, c resourceapi.DeviceClass, dev cel.Device) bool {
+	t.Helper()
+	for _, sel := range c.Spec.Selectors {
+		r := cel.GetCompiler(cel.Features{}).CompileCELExpression(sel.CEL.Expression, cel.Options{})
+		if r.Error != nil {
+			t.Fatalf("class %s: selector %q: %v", c.Name, sel.CEL.Expression, r.Error)
+		}
+		ok, _, err := r.DeviceMatches(t.Context(), dev)
+		if err != nil || !ok {
+			return false
+		}
+	}
+	return true
 }

@@ -119,11 +119,21 @@ main one first (the webhook's --device-class); the compute classes' with deviceC
 {{- define "vgpu-dra.deviceClasses" -}}
 {{ .Values.driverName }}
 {{- if .Values.deviceClass.computeClasses }},guaranteed.{{ .Values.driverName }},best-effort.{{ .Values.driverName }}{{ end -}}
+{{- if .Values.mig.gpus }},mig.{{ .Values.driverName }}{{ end -}}
+{{- end -}}
+
+{{/*
+vgpu-dra.deviceOfType: a DeviceClass's CEL selector of the driver's devices of one type (contract
+§2, §18): "vgpu" for whole GPUs, "mig" for MIG partitions.
+*/}}
+{{- define "vgpu-dra.deviceOfType" -}}
+{{- $driver := index . 0 -}}
+device.driver == {{ $driver | quote }} && device.attributes[{{ $driver | quote }}].type == {{ index . 1 | quote }}
 {{- end -}}
 
 {{/* vgpu-dra.celClassList: those names as a CEL list, ['a', 'b']. */}}
 {{- define "vgpu-dra.celClassList" -}}
-['{{ .Values.driverName }}'{{ if .Values.deviceClass.computeClasses }}, 'guaranteed.{{ .Values.driverName }}', 'best-effort.{{ .Values.driverName }}'{{ end }}]
+['{{ .Values.driverName }}'{{ if .Values.deviceClass.computeClasses }}, 'guaranteed.{{ .Values.driverName }}', 'best-effort.{{ .Values.driverName }}'{{ end }}{{ if .Values.mig.gpus }}, 'mig.{{ .Values.driverName }}'{{ end }}]
 {{- end -}}
 
 {{/* What every webhook of the chart shares (contract §12). */}}

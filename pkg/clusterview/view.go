@@ -197,7 +197,7 @@ func (r Reader) devices(ctx context.Context) (map[deviceKey]*GPU, error) {
 		}
 		for _, d := range s.Spec.Devices {
 			g := &GPU{Node: node, Pool: s.Spec.Pool.Name, Device: d.Name, Health: "Healthy",
-				UUID: stringAttr(d, "uuid"), Product: stringAttr(d, "productName")}
+				UUID: cmp.Or(stringAttr(d, "uuid"), stringAttr(d, "parentUUID")), Product: stringAttr(d, "productName")}
 			if c, ok := d.Capacity[contract.CapacityMemory]; ok {
 				g.Memory.Published = c.Value.Value()
 			}

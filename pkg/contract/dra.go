@@ -54,6 +54,11 @@ type DeviceStatusData struct {
 	CoresCeiling int64  `json:"coresCeiling,omitempty"`
 	// AdminAccess marks a result of an adminAccess request: no limits.
 	AdminAccess bool `json:"adminAccess,omitempty"`
+	// MIGProfile and MIGUUID name the MIG partition of a result on one (contract §18): its
+	// profile ("1g.18gb") and the MIG device the container is given; Memory is then the
+	// partition's share.
+	MIGProfile string `json:"migProfile,omitempty"`
+	MIGUUID    string `json:"migUUID,omitempty"`
 	// Path is how the claim's containers get their directories: "nri" or "per-claim"; empty
 	// with VGPUSupport off.
 	Path ClaimPath `json:"path,omitempty"`

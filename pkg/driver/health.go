@@ -144,26 +144,37 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	}
 }
 
-// healthReport covers every GPU (only is nil) or the named ones.
+// healthReport covers every published device (only is nil) or the named ones: each GPU and
+// each of its MIG partitions, which are as healthy as their GPU.
 func (d *Driver) healthReport(only map[string]bool) kubeletplugin.DeviceHealthReport {
 	now := d.now()
 	var r kubeletplugin.DeviceHealthReport
 	for _, g := range d.devices {
-		name := DeviceName(g.Index)
-		if only != nil && !only[name] {
-			continue
+		names := []string{DeviceName(g.Index)}
+		if l, ok := d.deps.MIGLayouts[g.UUID]; ok {
+			for _, m := range migDevicesOf(g, l) {
+				names = append(names, MIGDeviceName(g.Index, m.profile.Name, m.at.Start))
+			}
 		}
-		dh := kubeletplugin.DeviceHealth{
-			PoolName: d.cfg.NodeName, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy,
-			LastUpdated: now, HealthCheckTimeout: healthCheckTimeout,
+		for _, name := range names {
+			if only == nil || only[name] {
+				r.Devices = append(r.Devices, d.deviceHealth(g, name, now))
+			}
 		}
-		if ev, bad := d.health.unhealthy(g.UUID); bad {
-			dh.Health = kubeletplugin.HealthStatusUnhealthy
-			dh.Message = ev.Reason
-		}
-		r.Devices = append(r.Devices, dh)
 	}
 	return r
+}
+
+func (d *Driver) deviceHealth(g gpu.Device, name string, now time.Time) kubeletplugin.DeviceHealth {
+	dh := kubeletplugin.DeviceHealth{
+		PoolName: d.cfg.NodeName, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy,
+		LastUpdated: now, HealthCheckTimeout: healthCheckTimeout,
+	}
+	if ev, bad := d.health.unhealthy(g.UUID); bad {
+		dh.Health = kubeletplugin.HealthStatusUnhealthy
+		dh.Message = ev.Reason
+	}
+	return dh
 }
 
 func changedDevices(before, after kubeletplugin.DeviceHealthReport) kubeletplugin.DeviceHealthReport {

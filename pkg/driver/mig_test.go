@@ -1,11 +1,13 @@
 package driver
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	v1 "k8s.io/api/core/v1"
@@ -278,6 +280,10 @@ func TestMIGPrepareAndUnprepare(t *testing.T) {
 	if rec.Devices[0].MIG.UUID != list[0].UUID || rec.Devices[0].MIG.GPUInstanceID != list[0].GPUInstanceID {
 		t.Errorf("record %+v, want the instance %+v", rec.Devices[0].MIG, list[0])
 	}
+	data := preparedData(t, d, a)
+	if data.MIGProfile != "2g.35gb" || data.MIGUUID != list[0].UUID || data.Memory != "4Gi" {
+		t.Errorf("device status data %+v, want the profile, the MIG device and the share's memory", data)
+	}
 	spec, err := os.ReadFile(d.deps.CDI.SpecPath(string(a.UID)))
 	if err != nil || !strings.Contains(string(spec), list[0].UUID) || strings.Contains(string(spec), gpu0) {
 		t.Errorf("CDI spec (%v) does not name the MIG device %s alone:\n%s", err, list[0].UUID, spec)
@@ -391,3 +397,43 @@ func unprepareAll(t *testing.T, d *testDriver, claims ...*resourceapi.ResourceCl
 }
 
 func counterValue(c resourceapi.Counter) int64 { return c.Value.Value() }
+
+// TestMIGHealth: a partition is as healthy as its GPU, in the kubelet's health report and in
+// the slice's taints.
+func TestMIGHealth(t *testing.T) {
+	m := newMIGSim(t, "")
+	d := m.driver(t)
+	d.health.set(gpu.HealthEvent{UUID: m.devices[0].UUID, Healthy: false, Reason: "XID 79"}, time.Now())
+	report := map[string]kubeletplugin.DeviceHealth{}
+	for _, dh := range d.healthReport(nil).Devices {
+		report[dh.DeviceName] = dh
+	}
+	if dh, ok := report["gpu-0-mig-1g-18gb-0"]; !ok || dh.Health != kubeletplugin.HealthStatusUnhealthy {
+		t.Errorf("partition of an unhealthy GPU reported %+v (present %v), want unhealthy", dh, ok)
+	}
+	if dh := report["gpu-1"]; dh.Health != kubeletplugin.HealthStatusHealthy {
+		t.Errorf("gpu-1 reported %+v", dh)
+	}
+	for _, s := range d.buildResources(klog.Background()).Pools["node-1"].Slices {
+		for _, dev := range s.Devices {
+			if strings.HasPrefix(dev.Name, "gpu-0-mig-") && len(dev.Taints) != 1 {
+				t.Errorf("partition %s of an unhealthy GPU has taints %+v", dev.Name, dev.Taints)
+			}
+		}
+	}
+}
+
+// preparedData is the device status data Prepare gives the claim's first result.
+func preparedData(t *testing.T, d *testDriver, c *resourceapi.ResourceClaim) contract.DeviceStatusData {
+	t.Helper()
+	rec, ok := d.deps.Checkpoint.Get(string(c.UID))
+	if !ok {
+		t.Fatalf("claim %s not prepared", c.Name)
+	}
+	st := d.preparedStatus(c, rec)
+	var data contract.DeviceStatusData
+	if err := json.Unmarshal(st[0].Data.Raw, &data); err != nil {
+		t.Fatal(err)
+	}
+	return data
+}

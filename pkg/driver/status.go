@@ -247,7 +247,7 @@ func (d *Driver) preparedStatus(claim *resourceapi.ResourceClaim, prepared check
 		g := d.byName[dev.Device]
 		data := contract.DeviceStatusData{
 			Request: dev.Request, GPUUUID: dev.GPUUUID, ProductName: g.ProductName, Index: dev.Index,
-			AdminAccess: dev.AdminAccess, Path: prepared.Path,
+			AdminAccess: dev.AdminAccess, Path: prepared.Path, MIGProfile: dev.MIG.Profile, MIGUUID: dev.MIG.UUID,
 		}
 		if !dev.AdminAccess {
 			mem, cores := dev.MemoryBytes, dev.Cores

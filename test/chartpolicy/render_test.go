@@ -2,6 +2,7 @@ package chartpolicy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -96,6 +97,8 @@ func templateFuncs(root *template.Template) template.FuncMap {
 		"trunc":      func(n int, s string) string { return s[:min(n, len(s))] },
 		"trimSuffix": func(suffix, s string) string { return strings.TrimSuffix(s, suffix) },
 		"list":       func(v ...any) []any { return v },
+		"int":        toInt,
+		"sha256sum":  func(s string) string { return fmt.Sprintf("%x", sha256.Sum256([]byte(s))) },
 		"has": func(needle any, haystack []any) bool {
 			for _, v := range haystack {
 				if reflect.DeepEqual(v, needle) {
@@ -127,6 +130,19 @@ func templateFuncs(root *template.Template) template.FuncMap {
 			return strings.TrimSuffix(string(b), "\n"), err
 		},
 	}
+}
+
+// toInt is Sprig's int for the numbers values hold: float64 from values.yaml, int64 from --set.
+func toInt(v any) (int, error) {
+	switch n := v.(type) {
+	case float64:
+		return int(n), nil
+	case int64:
+		return int(n), nil
+	case int:
+		return n, nil
+	}
+	return 0, fmt.Errorf("int of %T %v", v, v)
 }
 
 func indent(n int, s string) string {

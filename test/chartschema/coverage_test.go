@@ -80,6 +80,10 @@ func TestSchemaRefusesMistakes(t *testing.T) {
 		{"healthPort", 0, "'/healthPort'"},
 		{"webhook.timeoutSeconds", 31, "'/webhook/timeoutSeconds'"},
 		{"nodeSelector.gpu", true, "'/nodeSelector/gpu'"},
+		{"tests.cores", 100, "'/tests/cores'"},           // the whole GPU: no core limit to check
+		{"tests.memoryMiB", "1Gi", "'/tests/memoryMiB'"}, // MiB, a number the check computes with
+		{"tests.memoryMiB", 0, "'/tests/memoryMiB'"},
+		{"tests.comand", []any{"sh"}, "'comand' not allowed"},
 	} {
 		err := c.validate(c.with(tc.path, tc.v))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -143,7 +143,8 @@ func (c *Cluster) Script(script string, args ...string) (string, error) {
 }
 
 // InstallChart installs (or upgrades) the chart with one simulated H200, /metrics readable by
-// MetricsScraper, and waits for the plugin and the webhook.
+// MetricsScraper, the images (the plugin's, the helm test pod's WorkloadImage) never pulled, and
+// waits for the plugin and the webhook.
 func (c *Cluster) InstallChart(t testing.TB, extra ...string) {
 	t.Helper()
 	c.InstallChartFor(t, "kubelet-plugin", extra...)
@@ -156,7 +157,8 @@ func (c *Cluster) InstallChartFor(t testing.TB, daemonset string, extra ...strin
 	args := append([]string{"upgrade", "--install", Release, filepath.Join(c.RepoRoot, "deployments/helm/vgpu-dra"),
 		"--namespace", PluginNS, "--create-namespace", "--wait", "--timeout", "3m",
 		"--set", "deviceSource=simulated:dgx-h200:1", "--set", "gpuInjection=none", "--set", "gpuCDIKind=",
-		"--set", "image.pullPolicy=Never", "--set", "logging.verbosity=4", "--set-json", MetricsReaders}, extra...)
+		"--set", "image.pullPolicy=Never", "--set", "tests.image.pullPolicy=Never", "--set", "logging.verbosity=4",
+		"--set-json", MetricsReaders}, extra...)
 	c.MustRun(t, "helm", args...)
 	// helm --wait counts a DaemonSet ready when (desired - maxUnavailable) pods are: with one
 	// node and maxUnavailable 1 that is none. Wait for the plugin pod itself; its startup probe

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,13 +38,26 @@ import (
 // one. A claim prepared before, on another GPU, is untouched throughout.
 func TestCrashAtEachStep(t *testing.T) {
 	for _, step := range driver.Steps {
-		t.Run(string(step), func(t *testing.T) { crashAt(t, step) })
+		t.Run(string(step), func(t *testing.T) { crashAt(t, step, "gpu-0") })
 	}
 }
 
-func crashAt(t *testing.T, step driver.Step) {
-	n := newNode(t)
-	a := n.newClaim("a", allocated{request: "gpu", device: "gpu-0", memory: "4Gi", cores: 30, shareID: shareA})
+// TestCrashAtEachStepOfAPartition is TestCrashAtEachStep for a share of a MIG partition of a
+// MIG-managed GPU (contract §18): besides the files and the record, the GPU's MIG instances
+// must match the recorded partitions after every start-up (checkConsistent).
+func TestCrashAtEachStepOfAPartition(t *testing.T) {
+	for _, step := range driver.Steps {
+		t.Run(string(step), func(t *testing.T) { crashAt(t, step, "gpu-0-mig-1g-18gb-0") })
+	}
+}
+
+func crashAt(t *testing.T, step driver.Step, device string) {
+	n := newNode(t, func(c *plugin.Config) {
+		if strings.Contains(device, "-mig-") {
+			c.MIGGPUs = "0"
+		}
+	})
+	a := n.newClaim("a", allocated{request: "gpu", device: device, memory: "4Gi", cores: 30, shareID: shareA})
 	bystander := n.newClaim("bystander", allocated{request: "gpu", device: "gpu-1", memory: "4Gi", cores: 30, shareID: shareB})
 	unprepareStep := strings.HasPrefix(string(step), "unprepare")
 	n.start()
@@ -186,6 +200,50 @@ func checkConsistent(t *testing.T, n *node) {
 		if strings.Contains(name, ".tmp-") {
 			t.Errorf("a temporary file of the checkpoint is left: %s", name)
 		}
+	}
+	checkMIGConsistent(t, n, cp)
+}
+
+// checkMIGConsistent: the simulated GPUs' MIG instances (their state file, the "hardware") are
+// exactly the partitions the checkpoint records, each recorded with its instance's ID.
+func checkMIGConsistent(t *testing.T, n *node, cp checkpoint.Data) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(n.cfg.StateDir, "simulated-mig.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		GPUs map[string]struct {
+			Instances []struct {
+				GPUInstanceID int `json:"gpuInstanceID"`
+				Placement     struct {
+					Start int `json:"start"`
+				} `json:"placement"`
+			} `json:"instances"`
+		} `json:"gpus"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]int{} // "<gpu>/<slot>" -> GPU instance ID
+	for uuid, g := range st.GPUs {
+		for _, in := range g.Instances {
+			have[fmt.Sprintf("%s/%d", uuid, in.Placement.Start)] = in.GPUInstanceID
+		}
+	}
+	want := map[string]int{}
+	for _, c := range cp.Claims {
+		for _, dev := range c.Devices {
+			if dev.IsMIG() {
+				want[fmt.Sprintf("%s/%d", dev.GPUUUID, dev.MIG.Start)] = dev.MIG.GPUInstanceID
+			}
+		}
+	}
+	if !maps.Equal(have, want) {
+		t.Errorf("MIG instances %v, recorded partitions %v: want the same", have, want)
 	}
 }
 

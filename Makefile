@@ -138,11 +138,12 @@ bench-summary:
 	@cd hack/tools && $(GO) run ./cmd/benchsummary -targets ../bench-targets.txt $(BENCH_OUT)/go.txt $(BENCH_OUT)/library.txt $(BENCH_OUT)/compare.txt
 
 ## gpu-check-bins: what hack/gpu-check.sh runs, built here for a GPU machine without Go: the
-## library suite's gpu_check and the enforcer's GPU test binary, in $(LIBRARY_BUILD).
+## library suite's gpu_check, the enforcer's and the MIG code path's GPU test binaries, in $(LIBRARY_BUILD).
 gpu-check-bins:
 	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(LIBRARY_BUILD) -j2 --target vgpu vgpu-test gpu_check scripted_registry_main
 	$(GO) test -c -tags gpu -o $(LIBRARY_BUILD)/enforce-gpu.test ./pkg/enforce/
+	$(GO) test -c -tags gpu -o $(LIBRARY_BUILD)/gpu-mig.test ./pkg/gpu/
 
 bench-library:
 	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo

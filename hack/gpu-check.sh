@@ -134,6 +134,23 @@ for target in 30 60; do
 		u = 100 * g / f; printf "target %d%%: %.1f%% (error %+.1f pp, includes start-up)\n", t, u, u - t }'
 done
 
+echo "== MIG: the plugin's code path creates and destroys a partition (mode changed only with GPU_CHECK_MIG_MODE_CHANGE=1)"
+mig_test=$build/gpu-mig.test
+if [ ! -x "$mig_test" ] && command -v go >/dev/null; then
+	go test -c -tags gpu -o "$mig_test" ./pkg/gpu/
+fi
+if [ ! -x "$mig_test" ]; then
+	echo "FAIL no $mig_test and no Go to build it (make gpu-check-bins)"; fail=1
+elif out=$(GPU_CHECK_UUID="$uuid" "$mig_test" -test.run '^TestMIGOnGPU$' -test.v 2>&1); then
+	if grep -q -- '--- SKIP' <<<"$out"; then
+		echo "SKIP $(grep -o 'SKIP MIG: .*' <<<"$out" | head -n 1)"
+	else
+		echo "ok   $(grep -o 'MIG [^ ]* at slot .*' <<<"$out")"
+	fi
+else
+	echo "FAIL the MIG code path:"; echo "$out"; fail=1
+fi
+
 # Issue 26's workload shapes, pair, latency and burst with PyTorch (hack/gpu-check/; about 3 min).
 if why=$(python3 -c 'import torch; assert torch.cuda.is_available(), "torch.cuda.is_available() is False"' 2>&1); then
 	hack/gpu-check/torch-measures.sh "$lib" "$build/test/scripted_registry_main" "$uuid" || fail=1

@@ -22,7 +22,7 @@ type testDriver struct {
 	reg kmetrics.KubeRegistry
 }
 
-func newTestDriver(t *testing.T, mutate ...func(*Config, *Deps)) *testDriver {
+func newTestDriver(t testing.TB, mutate ...func(*Config, *Deps)) *testDriver {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "vgd-")
 	if err != nil {

@@ -36,7 +36,7 @@ type migSim struct {
 	layouts map[string]gpu.MIGLayout
 }
 
-func newMIGSim(t *testing.T, stateFile string) migSim {
+func newMIGSim(t testing.TB, stateFile string) migSim {
 	t.Helper()
 	sim, err := gpu.NewSimulated("dgx-h200", 2, "node-1")
 	if err != nil {
@@ -59,7 +59,7 @@ func newMIGSim(t *testing.T, stateFile string) migSim {
 	return migSim{sim: sim, devices: devs, layouts: map[string]gpu.MIGLayout{devs[0].UUID: l}}
 }
 
-func (m migSim) driver(t *testing.T, mutate ...func(*Config, *Deps)) *testDriver {
+func (m migSim) driver(t testing.TB, mutate ...func(*Config, *Deps)) *testDriver {
 	t.Helper()
 	return newTestDriver(t, append([]func(*Config, *Deps){func(_ *Config, deps *Deps) {
 		deps.Devices, deps.MIGLayouts, deps.MIG = m.devices, m.layouts, m.sim
@@ -436,4 +436,27 @@ func preparedData(t *testing.T, d *testDriver, c *resourceapi.ResourceClaim) con
 		t.Fatal(err)
 	}
 	return data
+}
+
+// BenchmarkPrepareMIG: Prepare and Unprepare of one claim on a MIG partition of the simulated
+// H200 (its MIG state written, atomically and fsync'd, at each change, as the crash tests need),
+// beside the same for a share of a whole GPU in the same run.
+func BenchmarkPrepareMIG(b *testing.B) {
+	for _, device := range []string{"gpu-1", "gpu-0-mig-1g-18gb-0"} {
+		b.Run(device, func(b *testing.B) {
+			m := newMIGSim(b, filepath.Join(b.TempDir(), "mig.json"))
+			d := m.driver(b)
+			b.ResetTimer()
+			for i := range b.N {
+				c := apiClaim("c", fmt.Sprintf("b0000000-0000-4000-8000-%012d", i), result("gpu", device, "4Gi", "30"))
+				res, err := d.PrepareResourceClaims(b.Context(), []*resourceapi.ResourceClaim{c})
+				if err != nil || res[c.UID].Err != nil {
+					b.Fatal(err, res[c.UID].Err)
+				}
+				if _, err := d.UnprepareResourceClaims(b.Context(), []kubeletplugin.NamespacedObject{{UID: c.UID}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -65,14 +65,13 @@ func TestComputeDeviceClasses(t *testing.T) {
 // partitions and nothing else (contract §18), and the webhook counts its requests as vGPU
 // requests; without, there is no such class.
 func TestMIGDeviceClass(t *testing.T) {
-	classes := map[string]resourceapi.DeviceClass{}
-	for _, doc := range renderTemplate(t, "deviceclass.yaml", map[string]any{"mig.gpus": "all"}) {
-		var c resourceapi.DeviceClass
-		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
-			t.Fatalf("a DeviceClass of the chart: %v\n%s", err, doc)
+	for _, gpus := range []any{"all", 0} { // 0: --set mig.gpus=0, a number
+		classes := migClasses(t, gpus)
+		if _, ok := classes["mig.vgpu.dra.dev"]; !ok {
+			t.Errorf("mig.gpus=%v: no mig.vgpu.dra.dev", gpus)
 		}
-		classes[c.Name] = c
 	}
+	classes := migClasses(t, "all")
 	mig, ok := classes["mig.vgpu.dra.dev"]
 	if !ok || !selects(t, mig, partition) || selects(t, mig, wholeGPU) || mig.Spec.ExtendedResourceName != nil {
 		t.Fatalf("mig.vgpu.dra.dev %+v (present %v): want a class of the partitions only", mig.Spec, ok)
@@ -82,6 +81,19 @@ func TestMIGDeviceClass(t *testing.T) {
 			t.Error("mig.vgpu.dra.dev rendered with mig.gpus empty")
 		}
 	}
+}
+
+func migClasses(t *testing.T, gpus any) map[string]resourceapi.DeviceClass {
+	t.Helper()
+	classes := map[string]resourceapi.DeviceClass{}
+	for _, doc := range renderTemplate(t, "deviceclass.yaml", map[string]any{"mig.gpus": gpus}) {
+		var c resourceapi.DeviceClass
+		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
+			t.Fatalf("a DeviceClass of the chart: %v\n%s", err, doc)
+		}
+		classes[c.Name] = c
+	}
+	return classes
 }
 
 // The devices a class is checked against: a whole GPU and a MIG partition as the plugin

@@ -84,10 +84,17 @@ func TestSchemaRefusesMistakes(t *testing.T) {
 		{"tests.memoryMiB", "1Gi", "'/tests/memoryMiB'"}, // MiB, a number the check computes with
 		{"tests.memoryMiB", 0, "'/tests/memoryMiB'"},
 		{"tests.comand", []any{"sh"}, "'comand' not allowed"},
+		{"mig.gpus", "0;1", "'/mig/gpus'"}, // --mig-gpus takes commas
+		{"mig.gpus", -1, "'/mig/gpus'"},
 	} {
 		err := c.validate(c.with(tc.path, tc.v))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s=%s: error %v, want one containing %q", tc.path, asJSON(tc.v), err, tc.want)
+		}
+	}
+	for _, ok := range []any{"all", "0,1", 0, 3, ""} {
+		if err := c.validate(c.with("mig.gpus", ok)); err != nil {
+			t.Errorf("mig.gpus=%s: %v, want accepted", asJSON(ok), err)
 		}
 	}
 	// The mistake the dependency guards against is only VGPUSupport off with NRISupport on.

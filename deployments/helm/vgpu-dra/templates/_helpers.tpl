@@ -119,7 +119,14 @@ main one first (the webhook's --device-class); the compute classes' with deviceC
 {{- define "vgpu-dra.deviceClasses" -}}
 {{ .Values.driverName }}
 {{- if .Values.deviceClass.computeClasses }},guaranteed.{{ .Values.driverName }},best-effort.{{ .Values.driverName }}{{ end -}}
-{{- if .Values.mig.gpus }},mig.{{ .Values.driverName }}{{ end -}}
+{{- if include "vgpu-dra.migOn" . }},mig.{{ .Values.driverName }}{{ end -}}
+{{- end -}}
+
+{{/*
+vgpu-dra.migOn: "true" when mig.gpus names any GPU; a number (--set mig.gpus=0) is falsy to "if".
+*/}}
+{{- define "vgpu-dra.migOn" -}}
+{{- if ne (printf "%v" .Values.mig.gpus) "" }}true{{ end -}}
 {{- end -}}
 
 {{/*
@@ -133,7 +140,7 @@ device.driver == {{ $driver | quote }} && device.attributes[{{ $driver | quote }
 
 {{/* vgpu-dra.celClassList: those names as a CEL list, ['a', 'b']. */}}
 {{- define "vgpu-dra.celClassList" -}}
-['{{ .Values.driverName }}'{{ if .Values.deviceClass.computeClasses }}, 'guaranteed.{{ .Values.driverName }}', 'best-effort.{{ .Values.driverName }}'{{ end }}{{ if .Values.mig.gpus }}, 'mig.{{ .Values.driverName }}'{{ end }}]
+['{{ .Values.driverName }}'{{ if .Values.deviceClass.computeClasses }}, 'guaranteed.{{ .Values.driverName }}', 'best-effort.{{ .Values.driverName }}'{{ end }}{{ if include "vgpu-dra.migOn" . }}, 'mig.{{ .Values.driverName }}'{{ end }}]
 {{- end -}}
 
 {{/* What every webhook of the chart shares (contract §12). */}}

@@ -95,3 +95,25 @@ func TestWebhookSeesTheComputeClasses(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookSeesTheMIGClass: with mig.gpus set, claims of mig.vgpu.dra.dev are vGPU claims to the
+// webhook (their capacity and configuration checked like a share's), and the chart's MIG class
+// is not reviewed as a foreign DeviceClass; without, neither.
+func TestWebhookSeesTheMIGClass(t *testing.T) {
+	claim := &resourceapi.ResourceClaim{TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaim"},
+		ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
+			{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "mig.vgpu.dra.dev"}}}}}}
+	class := &resourceapi.DeviceClass{TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"},
+		ObjectMeta: metav1.ObjectMeta{Name: "mig.vgpu.dra.dev"}}
+	for _, gpus := range []any{"all", 0, ""} {
+		on := gpus != ""
+		set := map[string]any{"mig.gpus": gpus}
+		if got := matches(t, webhookMatcher(t, "resourceclaims.vgpu.dra.dev", set), "ResourceClaim", "resourceclaims", claim); got != on {
+			t.Errorf("mig.gpus=%v: a claim of mig.vgpu.dra.dev sent to the webhook: %v, want %v", gpus, got, on)
+		}
+		if got := matches(t, webhookMatcher(t, "deviceclasses.vgpu.dra.dev", set), "DeviceClass", "deviceclasses", class); got == on {
+			t.Errorf("mig.gpus=%v: DeviceClass mig.vgpu.dra.dev sent to the webhook: %v, want %v", gpus, got, !on)
+		}
+	}
+}

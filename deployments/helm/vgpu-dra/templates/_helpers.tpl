@@ -114,12 +114,14 @@ has({{ $spec }}.devices) && has({{ $spec }}.devices.requests) && {{ $spec }}.dev
 
 {{/*
 vgpu-dra.deviceClasses: the DeviceClasses whose requests are vGPU requests, comma-separated, the
-main one first (the webhook's --device-class); the compute classes' with deviceClass.computeClasses.
+main one first (the webhook's --device-class); the compute classes' with deviceClass.computeClasses;
+the MIG class's always, created or not: an upgrade that turns mig.gpus on creates the class while
+the webhook of the release before still runs, and that one must not refuse it as a foreign class.
 */}}
 {{- define "vgpu-dra.deviceClasses" -}}
 {{ .Values.driverName }}
 {{- if .Values.deviceClass.computeClasses }},guaranteed.{{ .Values.driverName }},best-effort.{{ .Values.driverName }}{{ end -}}
-{{- if include "vgpu-dra.migOn" . }},mig.{{ .Values.driverName }}{{ end -}}
+,mig.{{ .Values.driverName }}
 {{- end -}}
 
 {{/*
@@ -140,7 +142,7 @@ device.driver == {{ $driver | quote }} && device.attributes[{{ $driver | quote }
 
 {{/* vgpu-dra.celClassList: those names as a CEL list, ['a', 'b']. */}}
 {{- define "vgpu-dra.celClassList" -}}
-['{{ .Values.driverName }}'{{ if .Values.deviceClass.computeClasses }}, 'guaranteed.{{ .Values.driverName }}', 'best-effort.{{ .Values.driverName }}'{{ end }}{{ if include "vgpu-dra.migOn" . }}, 'mig.{{ .Values.driverName }}'{{ end }}]
+['{{ .Values.driverName }}'{{ if .Values.deviceClass.computeClasses }}, 'guaranteed.{{ .Values.driverName }}', 'best-effort.{{ .Values.driverName }}'{{ end }}, 'mig.{{ .Values.driverName }}']
 {{- end -}}
 
 {{/* What every webhook of the chart shares (contract §12). */}}

@@ -34,6 +34,10 @@ type GPU struct {
 	// Health is "Healthy", or the reason of the driver's unhealthy taint.
 	Health string  `json:"health"`
 	Shares []Share `json:"shares"`
+	// MIGProfile is set on a MIG partition (contract §18), e.g. "1g.18gb"; UUID is then its
+	// GPU's. Partitions are listed only while a claim holds them, and a GPU with one has nothing
+	// free for a share of the whole GPU.
+	MIGProfile string `json:"migProfile,omitempty"`
 }
 
 // Amount is a capacity: published in the ResourceSlice, allocated to claims, and what is left.
@@ -89,7 +93,7 @@ type Reader struct {
 type deviceKey struct{ pool, device string }
 
 // GPUs returns every device of the driver, ordered by node and device name, with the shares
-// of every allocated claim in the cluster.
+// of every allocated claim in the cluster; MIG partitions only while a claim holds them.
 func (r Reader) GPUs(ctx context.Context) ([]GPU, error) {
 	gpus, err := r.devices(ctx)
 	if err != nil {
@@ -112,10 +116,23 @@ func (r Reader) GPUs(ctx context.Context) ([]GPU, error) {
 			g.Cores.Allocated += s.Cores
 		}
 	}
+	partitioned := map[string]bool{} // node/GPU UUID
+	for k, g := range gpus {
+		switch {
+		case g.MIGProfile == "":
+		case len(g.Shares) == 0:
+			delete(gpus, k) // 28 partitions an H200: only those held tell anything
+		default:
+			partitioned[g.Node+"/"+g.UUID] = true
+		}
+	}
 	out := make([]GPU, 0, len(gpus))
 	for _, g := range gpus {
 		g.Memory.Free = max(g.Memory.Published-g.Memory.Allocated, 0)
 		g.Cores.Free = max(g.Cores.Published-g.Cores.Allocated, 0)
+		if g.MIGProfile == "" && partitioned[g.Node+"/"+g.UUID] {
+			g.Memory.Free, g.Cores.Free = 0, 0
+		}
 		slices.SortFunc(g.Shares, func(a, b Share) int {
 			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Claim, b.Claim), cmp.Compare(a.Request, b.Request))
 		})
@@ -197,7 +214,8 @@ func (r Reader) devices(ctx context.Context) (map[deviceKey]*GPU, error) {
 		}
 		for _, d := range s.Spec.Devices {
 			g := &GPU{Node: node, Pool: s.Spec.Pool.Name, Device: d.Name, Health: "Healthy",
-				UUID: cmp.Or(stringAttr(d, "uuid"), stringAttr(d, "parentUUID")), Product: stringAttr(d, "productName")}
+				UUID: cmp.Or(stringAttr(d, "uuid"), stringAttr(d, "parentUUID")), Product: stringAttr(d, "productName"),
+				MIGProfile: stringAttr(d, "migProfile")}
 			if c, ok := d.Capacity[contract.CapacityMemory]; ok {
 				g.Memory.Published = c.Value.Value()
 			}

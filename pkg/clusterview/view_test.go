@@ -172,3 +172,33 @@ func TestPods(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUsWithPartitions: of a MIG-managed GPU's partitions only the one a claim holds is listed,
+// with its profile and its GPU's UUID, and the whole GPU then has nothing free for a share.
+func TestGPUsWithPartitions(t *testing.T) {
+	part := func(name, profile string) resourceapi.Device {
+		d := gpuDevice(name, "", "")
+		delete(d.Attributes, "uuid")
+		d.Attributes["parentUUID"] = resourceapi.DeviceAttribute{StringValue: ptr.To("GPU-a0")}
+		d.Attributes["migProfile"] = resourceapi.DeviceAttribute{StringValue: ptr.To(profile)}
+		d.Capacity["memory"] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(18*gib, resource.BinarySI)}
+		return d
+	}
+	kube := fake.NewClientset(
+		slice("node-a", driver, gpuDevice("gpu-0", "GPU-a0", ""), part("gpu-0-mig-1g-18gb-0", "1g.18gb"), part("gpu-0-mig-1g-18gb-1", "1g.18gb")),
+		claim("team", "small", driver, "node-a", "gpu-0-mig-1g-18gb-1", "4Gi", 50, "p"),
+	)
+	got, err := Reader{Client: kube, Driver: driver}.GPUs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Device != "gpu-0" || got[1].Device != "gpu-0-mig-1g-18gb-1" {
+		t.Fatalf("GPUs %+v: want gpu-0 and the held partition only", got)
+	}
+	if got[0].Memory.Free != 0 || got[0].Cores.Free != 0 {
+		t.Errorf("the partitioned GPU shows %+v and %+v free", got[0].Memory, got[0].Cores)
+	}
+	if p := got[1]; p.MIGProfile != "1g.18gb" || p.UUID != "GPU-a0" || p.Memory.Free != 14*gib || p.Cores.Free != 50 {
+		t.Errorf("partition %+v", p)
+	}
+}

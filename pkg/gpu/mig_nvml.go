@@ -103,23 +103,17 @@ func (s *nvmlSource) MIGInstances(uuid string) ([]MIGInstance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("GPU %s: %w", uuid, err)
 	}
+	gis, err := gpuInstances(dev, uuid)
+	if err != nil {
+		return nil, err
+	}
 	var out []MIGInstance
-	for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
-		info, ret := dev.GetGpuInstanceProfileInfo(id)
-		if ret != nvml.SUCCESS {
-			continue
+	for _, gi := range gis {
+		in, err := describeInstance(uuid, gi, migUUIDs)
+		if err != nil {
+			return nil, err
 		}
-		gis, ret := dev.GetGpuInstances(&info)
-		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("list the MIG instances of profile %d on GPU %s: %w", id, uuid, ret)
-		}
-		for _, gi := range gis {
-			in, err := describeInstance(uuid, gi, migUUIDs)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, in)
-		}
+		out = append(out, in)
 	}
 	slices.SortFunc(out, func(a, b MIGInstance) int { return a.Placement.Start - b.Placement.Start })
 	return out, nil
@@ -183,6 +177,23 @@ func describeInstance(uuid string, gi nvml.GpuInstance, migUUIDs map[[2]int]stri
 	}
 	in.UUID = migUUIDs[[2]int{in.GPUInstanceID, in.ComputeInstanceID}]
 	return in, nil
+}
+
+// gpuInstances lists the GPU instances of every profile of the GPU.
+func gpuInstances(dev nvml.Device, uuid string) ([]nvml.GpuInstance, error) {
+	var out []nvml.GpuInstance
+	for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+		info, ret := dev.GetGpuInstanceProfileInfo(id)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		gis, ret := dev.GetGpuInstances(&info)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("list the MIG instances of profile %d on GPU %s: %w", id, uuid, ret)
+		}
+		out = append(out, gis...)
+	}
+	return out, nil
 }
 
 // computeInstances lists the compute instances of every compute profile of a GPU instance.
@@ -259,34 +270,28 @@ func (s *nvmlSource) DestroyMIGInstance(uuid string, gpuInstanceID int) error {
 	if err != nil {
 		return err
 	}
-	for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
-		info, ret := dev.GetGpuInstanceProfileInfo(id)
-		if ret != nvml.SUCCESS {
+	gis, err := gpuInstances(dev, uuid)
+	if err != nil {
+		return err
+	}
+	for _, gi := range gis {
+		giInfo, ret := gi.GetInfo()
+		if ret != nvml.SUCCESS || int(giInfo.Id) != gpuInstanceID {
 			continue
 		}
-		gis, ret := dev.GetGpuInstances(&info)
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("list the MIG instances of profile %d on GPU %s: %w", id, uuid, ret)
+		cis, err := computeInstances(gi)
+		if err != nil {
+			return fmt.Errorf("GPU %s, MIG instance %d: %w", uuid, gpuInstanceID, err)
 		}
-		for _, gi := range gis {
-			giInfo, ret := gi.GetInfo()
-			if ret != nvml.SUCCESS || int(giInfo.Id) != gpuInstanceID {
-				continue
+		for _, ci := range cis {
+			if ret := ci.Destroy(); ret != nvml.SUCCESS {
+				return fmt.Errorf("destroy a compute instance of MIG instance %d on GPU %s: %w", gpuInstanceID, uuid, ret)
 			}
-			cis, err := computeInstances(gi)
-			if err != nil {
-				return fmt.Errorf("GPU %s, MIG instance %d: %w", uuid, gpuInstanceID, err)
-			}
-			for _, ci := range cis {
-				if ret := ci.Destroy(); ret != nvml.SUCCESS {
-					return fmt.Errorf("destroy a compute instance of MIG instance %d on GPU %s: %w", gpuInstanceID, uuid, ret)
-				}
-			}
-			if ret := gi.Destroy(); ret != nvml.SUCCESS {
-				return fmt.Errorf("destroy MIG instance %d on GPU %s: %w", gpuInstanceID, uuid, ret)
-			}
-			return nil
 		}
+		if ret := gi.Destroy(); ret != nvml.SUCCESS {
+			return fmt.Errorf("destroy MIG instance %d on GPU %s: %w", gpuInstanceID, uuid, ret)
+		}
+		return nil
 	}
 	return nil
 }

@@ -460,3 +460,32 @@ func BenchmarkPrepareMIG(b *testing.B) {
 		})
 	}
 }
+
+// TestMIGModeNeedsAReset: a GPU whose MIG mode change waits for a reset refuses the partition
+// with a clear error, reason mig, and nothing of the claim is left; the same claim is prepared
+// once the GPU can change its mode.
+func TestMIGModeNeedsAReset(t *testing.T) {
+	m := newMIGSim(t, "")
+	d := m.driver(t)
+	gpu0 := m.devices[0].UUID
+	if err := m.sim.SetMIGResetNeeded(gpu0, true); err != nil {
+		t.Fatal(err)
+	}
+	c := apiClaim("p", "e0000000-0000-4000-8000-000000000005", result("gpu", "gpu-0-mig-1g-18gb-0", "", ""))
+	err := prepare(t, d, c)[c.UID]
+	if err == nil || !strings.Contains(err.Error(), "team/p") || !strings.Contains(err.Error(), "reset") || !strings.Contains(err.Error(), gpu0) {
+		t.Fatalf("a partition on a GPU whose mode change needs a reset: %v", err)
+	}
+	if _, ok := d.deps.Checkpoint.Get(string(c.UID)); ok || fileExists(d.deps.CDI.SpecPath(string(c.UID))) {
+		t.Error("the refused claim left a record or a CDI spec")
+	}
+	if got := d.metric(t, "vgpu_dra_prepare_errors_total", "reason", "mig"); got != 1 {
+		t.Errorf("prepare errors with reason mig: %v, want 1", got)
+	}
+	if err := m.sim.SetMIGResetNeeded(gpu0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepare(t, d, c)[c.UID]; err != nil {
+		t.Fatalf("the kubelet's retry after the reset: %v", err)
+	}
+}

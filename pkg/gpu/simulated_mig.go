@@ -32,6 +32,10 @@ var _ MIG = (*Simulated)(nil)
 type simMIG struct {
 	mu   sync.Mutex
 	path string // the state file; "" keeps it in memory only
+	// pending holds the mode asked for on a GPU whose change waits for a reset
+	// (SetMIGResetNeeded); absent: a change takes effect at once.
+	resetNeeded map[*server.Device]bool
+	pending     map[*server.Device]int
 }
 
 // simMIGState is the state file's content.
@@ -59,7 +63,7 @@ type simMIGCompute struct {
 
 // installMIGMocks makes every visible GPU's MIG behave as described above.
 func (s *Simulated) installMIGMocks() {
-	s.mig = &simMIG{}
+	s.mig = &simMIG{resetNeeded: map[*server.Device]bool{}, pending: map[*server.Device]int{}}
 	for _, dev := range s.visible {
 		s.installDeviceMIG(dev)
 	}
@@ -73,9 +77,29 @@ func (s *Simulated) installDeviceMIG(dev *server.Device) {
 			dev.Unlock()
 			return nvml.ERROR_IN_USE, nvml.ERROR_IN_USE
 		}
+		s.mig.mu.Lock()
+		wait := s.mig.resetNeeded[dev] && mode != dev.MigMode
+		if wait {
+			s.mig.pending[dev] = mode
+		}
+		s.mig.mu.Unlock()
+		if wait {
+			dev.Unlock()
+			return nvml.ERROR_RESET_REQUIRED, nvml.SUCCESS // asked for; takes effect at the next reset
+		}
 		dev.MigMode = mode
 		dev.Unlock()
 		return nvml.SUCCESS, s.saveMIG()
+	}
+	dev.GetMigModeFunc = func() (int, int, nvml.Return) {
+		dev.RLock()
+		defer dev.RUnlock()
+		s.mig.mu.Lock()
+		defer s.mig.mu.Unlock()
+		if p, ok := s.mig.pending[dev]; ok {
+			return dev.MigMode, p, nvml.SUCCESS
+		}
+		return dev.MigMode, dev.MigMode, nvml.SUCCESS
 	}
 	dev.CreateGpuInstanceFunc = func(*nvml.GpuInstanceProfileInfo) (nvml.GpuInstance, nvml.Return) {
 		return nil, nvml.ERROR_NOT_SUPPORTED // the plugin always names the placement
@@ -99,6 +123,23 @@ func (s *Simulated) installDeviceMIG(dev *server.Device) {
 		}
 		return migs[i], nvml.SUCCESS
 	}
+}
+
+// SetMIGResetNeeded makes a MIG mode change of the GPU wait for a GPU reset, as on a GPU
+// whose driver cannot change the mode with work on it: the change is pending, the mode as it
+// was (tests and demonstrations).
+func (s *Simulated) SetMIGResetNeeded(uuid string, needed bool) error {
+	i := slices.IndexFunc(s.visible, func(d *server.Device) bool { return d.UUID == uuid })
+	if i < 0 {
+		return fmt.Errorf("simulated GPU %s: no such GPU in profile %s", uuid, s.profile)
+	}
+	s.mig.mu.Lock()
+	defer s.mig.mu.Unlock()
+	s.mig.resetNeeded[s.visible[i]] = needed
+	if !needed {
+		delete(s.mig.pending, s.visible[i])
+	}
+	return nil
 }
 
 // simCheckPlacement refuses what the hardware refuses.

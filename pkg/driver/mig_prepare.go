@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -52,16 +53,18 @@ func migFailf(format string, args ...any) error {
 
 // ensureMIG makes what the claim's results need of MIG: a partition's instance exists (made
 // here, or another claim's), and a whole GPU that is MIG-managed is out of MIG mode. It returns
-// a function that undoes what it made, for a Prepare that fails after it.
-func (d *Driver) ensureMIG(ctx context.Context, uid, claimRef string, devs []checkpoint.Device) (undo func(), err error) {
+// the results with their instances (a copy: admitted holds the slice it was given, which other
+// Prepares read) and a function that undoes what it made, for a Prepare that fails after it.
+func (d *Driver) ensureMIG(ctx context.Context, uid, claimRef string, admitted []checkpoint.Device) (devs []checkpoint.Device, undo func(), err error) {
 	if len(d.deps.MIGLayouts) == 0 {
-		return func() {}, nil
+		return admitted, func() {}, nil
 	}
 	d.migMu.Lock()
 	defer d.migMu.Unlock()
-	if err := d.checkMIGExclusion(uid, claimRef, devs); err != nil {
-		return nil, err
+	if err := d.checkMIGExclusion(uid, claimRef, admitted); err != nil {
+		return nil, nil, err
 	}
+	devs = slices.Clone(admitted)
 	var made []gpu.MIGInstance
 	undo = func() {
 		d.migMu.Lock()
@@ -76,21 +79,21 @@ func (d *Driver) ensureMIG(ctx context.Context, uid, claimRef string, devs []che
 		if !dev.IsMIG() {
 			if err := d.leaveMIGMode(dev.GPUUUID); err != nil {
 				d.destroyMade(ctx, claimRef, made)
-				return nil, migFailf("claim %s: device %s: %v", claimRef, dev.Device, err)
+				return nil, nil, migFailf("claim %s: device %s: %v", claimRef, dev.Device, err)
 			}
 			continue
 		}
 		in, created, err := d.instanceFor(*dev)
 		if err != nil {
 			d.destroyMade(ctx, claimRef, made)
-			return nil, migFailf("claim %s: MIG partition %s (%s at slot %d) on GPU %s: %v", claimRef, dev.Device, dev.MIG.Profile, dev.MIG.Start, dev.GPUUUID, err)
+			return nil, nil, migFailf("claim %s: MIG partition %s (%s at slot %d) on GPU %s: %v", claimRef, dev.Device, dev.MIG.Profile, dev.MIG.Start, dev.GPUUUID, err)
 		}
 		if created {
 			made = append(made, in)
 		}
 		dev.MIG.GPUInstanceID, dev.MIG.ComputeInstanceID, dev.MIG.UUID = in.GPUInstanceID, in.ComputeInstanceID, in.UUID
 	}
-	return undo, nil
+	return devs, undo, nil
 }
 
 // destroyMade destroys the instances a failed preparation made; what it cannot destroy, start-up

@@ -140,11 +140,12 @@ func (d *Driver) createAndRecord(ctx context.Context, claim *resourceapi.Resourc
 	defer release()
 	d.at(StepPrepareAdmitted)
 	// A partition's MIG instance comes first: the record and the CDI spec name its UUID.
-	undoMIG, err := d.ensureMIG(ctx, uid, klog.KObj(claim).String(), c.Devices)
+	devs, undoMIG, err := d.ensureMIG(ctx, uid, klog.KObj(claim).String(), c.Devices)
 	if err != nil {
 		return err
 	}
 	d.at(StepPrepareMIG)
+	c.Devices = devs
 	c.Devices = d.withCDIIDs(uid, *c)
 	prepared := *c
 	// Unprepared a moment ago and prepared again: its old directory goes before the record is

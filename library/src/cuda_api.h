@@ -36,6 +36,8 @@ typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUevent_st *CUevent;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
 
 /* CUDA arrays' descriptors (cuArrayCreate, cuArray3DCreate, cuMipmappedArrayCreate): the
  * _v2 entry points take size_t extents, the unversioned ones unsigned int. Format codes are
@@ -98,6 +100,31 @@ typedef struct {
 	void *win32HandleMetaData;
 	unsigned char allocFlags[8];
 } CUmemAllocationProp;
+
+/* CUDA graphs' memory allocation nodes (cuGraphAddMemAllocNode): the pool properties' size
+ * (88 bytes) is fixed by their reserved tail across versions; only the location and the
+ * size are read. */
+typedef struct {
+	int allocType;
+	int handleTypes;
+	struct { int type; int id; } location;
+	void *win32SecurityAttributes;
+	unsigned char reserved[64];
+} CUmemPoolProps;
+typedef struct {
+	CUmemPoolProps poolProps;
+	const void *accessDescs;
+	size_t accessDescCount;
+	size_t bytesize;
+	CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+/* cuGraphInstantiateWithParams's parameters. */
+typedef struct {
+	cuuint64_t flags;
+	CUstream hUploadStream;
+	CUgraphNode hErrNode_out;
+	int result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
 
 /* cuLaunchKernelEx's configuration: only the grid dimensions are read. */
 typedef struct {

@@ -4,7 +4,10 @@
  * CUDA: X(exported name, base name for cuGetProcAddress, CUDA version from which the driver
  * hands out this variant for the base name, 1 for a per-thread-default-stream variant).
  * Versions follow the public driver API's _v2 history (3.2 = 3020 for the 64-bit memory
- * API, ...). */
+ * API, ...). An empty base name: the variant is never handed out by version, only when the
+ * driver's answer is its very export (hooks_procaddr.c): the five-argument cuGraphInstantiate
+ * and _v2, whose base name the driver resolves to cuGraphInstantiateWithFlags's three
+ * arguments from CUDA 12.0. */
 #ifndef VGPU_HOOK_LIST_H
 #define VGPU_HOOK_LIST_H
 
@@ -37,6 +40,16 @@
 	X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0)          \
 	X(cuArrayDestroy, cuArrayDestroy, 2000, 0)                          \
 	X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0)        \
+	X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0)         \
+	X(cuGraphDestroyNode, cuGraphDestroyNode, 10000, 0)                 \
+	X(cuGraphDestroy, cuGraphDestroy, 10000, 0)                         \
+	X(cuGraphClone, cuGraphClone, 10000, 0)                             \
+	X(cuGraphInstantiate, , 10000, 0)                                   \
+	X(cuGraphInstantiate_v2, , 11000, 0)                                \
+	X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0) \
+	X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, 0) \
+	X(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams, 12000, 1) \
+	X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0)                 \
 	X(cuCtxSetLimit, cuCtxSetLimit, 3010, 0)                            \
 	X(cuMemFree, cuMemFree, 2000, 0)                                    \
 	X(cuMemFree_v2, cuMemFree, 3020, 0)                                 \
@@ -90,7 +103,8 @@
 	X(cuEventCreate)       \
 	X(cuEventRecord)       \
 	X(cuEventQuery)        \
-	X(cuEventDestroy_v2)
+	X(cuEventDestroy_v2)   \
+	X(cuGraphNodeFindInClone)
 
 #define VGPU_NVML_USED(X)                     \
 	X(nvmlDeviceGetHandleByUUID)          \

@@ -44,6 +44,21 @@ VGPU_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *handle, const CUDA
 					    unsigned int numMipmapLevels);
 VGPU_EXPORT CUresult cuArrayDestroy(CUarray handle);
 VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray handle);
+VGPU_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
+					    size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *params);
+VGPU_EXPORT CUresult cuGraphDestroyNode(CUgraphNode node);
+VGPU_EXPORT CUresult cuGraphDestroy(CUgraph graph);
+VGPU_EXPORT CUresult cuGraphClone(CUgraph *clone, CUgraph original);
+VGPU_EXPORT CUresult cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *err_node, char *log,
+					size_t log_size);
+VGPU_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *err_node, char *log,
+					   size_t log_size);
+VGPU_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+VGPU_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph,
+						  CUDA_GRAPH_INSTANTIATE_PARAMS *params);
+VGPU_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *exec, CUgraph graph,
+						       CUDA_GRAPH_INSTANTIATE_PARAMS *params);
+VGPU_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec);
 VGPU_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value);
 VGPU_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr);
 VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr);
@@ -119,6 +134,7 @@ CUresult cuEventCreate(CUevent *event, unsigned int flags);
 CUresult cuEventRecord(CUevent event, CUstream stream);
 CUresult cuEventQuery(CUevent event);
 CUresult cuEventDestroy_v2(CUevent event);
+CUresult cuGraphNodeFindInClone(CUgraphNode *clone_node, CUgraphNode original_node, CUgraph clone);
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
 

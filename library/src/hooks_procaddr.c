@@ -2,12 +2,16 @@
  * here, by base name ("cuMemAlloc") plus the CUDA version it was built for and a stream
  * mode. The driver answers first; then the answer is swapped for the hook that wraps exactly
  * that variant:
- *  1. by identity: the pointer the driver returned is the export of one of our variants;
+ *  1. by identity: the pointer the driver returned is the export of one of our variants, of
+ *     this base name or any other (for "cuGraphInstantiate" the driver hands out
+ *     cuGraphInstantiateWithFlags from CUDA 12.0: the hook of the function handed out is
+ *     always the one of the right signature);
  *  2. else by the published version history: the variant with the highest introduction
  *     version <= cudaVersion, per-thread-stream variants for
  *     CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM; the driver's pointer becomes that
  *     variant's real function if the driver does not export it.
- * Names we do not hook come back untouched. */
+ * Variants of an empty base name are swapped only by identity. Names we do not hook come
+ * back untouched. */
 #include <string.h>
 
 #include "hook_table.h"
@@ -18,7 +22,7 @@ static int pick_by_version(const char *symbol, int cuda_version, int ptds)
 	int best = -1;
 	for (int i = 0; i < VGPU_HOOK_COUNT; i++) {
 		const struct vgpu_hook *h = &vgpu_hooks[i];
-		if (h->base == NULL || strcmp(h->base, symbol) != 0 || h->ptds != ptds || h->min_version > cuda_version)
+		if (h->base == NULL || h->base[0] == '\0' || strcmp(h->base, symbol) != 0 || h->ptds != ptds || h->min_version > cuda_version)
 			continue;
 		if (best < 0 || h->min_version > vgpu_hooks[best].min_version)
 			best = i;
@@ -30,8 +34,8 @@ static int route(const char *symbol, void *driver_fn, int cuda_version, cuuint64
 {
 	for (int i = 0; i < VGPU_HOOK_COUNT; i++) {
 		const struct vgpu_hook *h = &vgpu_hooks[i];
-		if (h->base != NULL && strcmp(h->base, symbol) == 0 && vgpu_real((enum vgpu_hook_id)i) == driver_fn)
-			return i; /* 1. the driver handed out the export of this very variant */
+		if (h->lib == VGPU_LIB_CUDA && vgpu_real((enum vgpu_hook_id)i) == driver_fn)
+			return i; /* 1. the driver handed out the export of this very function */
 	}
 	int ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
 	int best = pick_by_version(symbol, cuda_version, ptds);

@@ -19,6 +19,7 @@
 #include "core_file.h"
 #include "env_config.h"
 #include "free_queue.h"
+#include "graph_account.h"
 #include "hook_table.h"
 #include "hooks.h"
 #include "log.h"
@@ -47,6 +48,7 @@ static void after_fork_in_child(void)
 {
 	vgpu_ledger_forget(&vgpu_rt.ledger);
 	vgpu_alloc_map_reset();
+	vgpu_graph_reset();
 	vgpu_vmm_reset();
 	vgpu_free_queue_reset();
 	atomic_store(&vgpu_rt.cuda_mapped, 0);

@@ -4,7 +4,7 @@
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
  *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm|asyncfree|
- *                 ledgerlock|truncate|wake|allowance|arrays|ctxlimits|legacylaunch|nvmlneighbours> */
+ *                 ledgerlock|truncate|wake|allowance|arrays|graphs|ctxlimits|legacylaunch|nvmlneighbours> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -1047,6 +1047,43 @@ static void test_arrays(void)
 	root_teardown(&r);
 }
 
+/* Graphs' memory allocation nodes are charged to the executable graph: through every
+ * instantiation entry point, over the limit it is refused; while an executable of half the
+ * limit lives the rest is what is left, and cuGraphExecDestroy gives it back. A destroyed node
+ * or graph is not charged (the fake hands the graph's handle out again); a clone carries its
+ * nodes. */
+static void test_graphs(void)
+{
+	static const char *const vias[] = { "plain", "v2", "flags", "params", "params_ptsz", "procaddr11", "procaddr12" };
+	static const char *const want[] = {
+		"node destroy = 0\n", "node destroyed: instantiate = 0\n",
+		"graph handle reused = 1\n", "graph destroyed: instantiate = 0\n",
+		"clone = 0\n", "find in clone = 0\n", "clone over the limit = 2\n",
+		"clone node destroy = 0\n", "clone node destroyed: instantiate = 0\n",
+		"clone half = 0\n", "clone held: alloc 200 MiB = 2\n", "clone destroyed: alloc 200 MiB = 0\n",
+	};
+	struct root r;
+	root_setup(&r, "OK");
+	struct run res;
+	run(&r, LIBVGPU_TEST, PROBE("graphs"), NULL, &res);
+	CHECK(res.status == 0, "graphs: exit %d\n%s%s", res.status, res.out, res.err);
+	for (size_t i = 0; i < sizeof(vias) / sizeof(vias[0]); i++) {
+		const char *v = vias[i];
+		char w[5][96];
+		snprintf(w[0], sizeof(w[0]), "%s over the limit = 2\n", v);
+		snprintf(w[1], sizeof(w[1]), "%s half = 0\n", v);
+		snprintf(w[2], sizeof(w[2]), "%s held: alloc 200 MiB = 2\n", v);
+		snprintf(w[3], sizeof(w[3]), "%s exec destroy = 0\n", v);
+		snprintf(w[4], sizeof(w[4]), "%s destroyed: alloc 200 MiB = 0\n", v);
+		for (int k = 0; k < 5; k++)
+			CHECK(strstr(res.out, w[k]) != NULL, "%s: want \"%s\" in\n%s%s", v, w[k], res.out, res.err);
+	}
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		CHECK(strstr(res.out, want[i]) != NULL, "want \"%s\" in\n%s%s", want[i], res.out, res.err);
+	check_peak(&r, "graphs");
+	root_teardown(&r);
+}
+
 /* cuCtxSetLimit: the device heap is charged its size, the stack its size per resident thread
  * (the fake device holds 16 x 2048); past the limit the call is refused, a smaller value later
  * gives the difference back. */
@@ -1366,7 +1403,7 @@ int main(int argc, char **argv)
 		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork }, { "stdin", test_stdin },
 		{ "vmm", test_vmm }, { "asyncfree", test_asyncfree },
 		{ "ledgerlock", test_ledgerlock }, { "truncate", test_truncate }, { "wake", test_wake },
-		{ "allowance", test_allowance }, { "arrays", test_arrays }, { "ctxlimits", test_ctxlimits },
+		{ "allowance", test_allowance }, { "arrays", test_arrays }, { "graphs", test_graphs }, { "ctxlimits", test_ctxlimits },
 		{ "legacylaunch", test_legacylaunch }, { "nvmlneighbours", test_nvmlneighbours },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));

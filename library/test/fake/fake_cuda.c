@@ -4,7 +4,7 @@
  * occupies the device for blocks * FAKE_NS_PER_BLOCK ns, serialised like one GPU. The
  * CUDA arrays, the device heap and the threads' stacks take memory like allocations. The
  * virtual memory API is in fake_vmm.c, streams, events and stream-ordered frees in
- * fake_stream.c. */
+ * fake_stream.c, graphs' memory nodes in fake_graph.c. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -545,6 +545,11 @@ API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuin
 API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
 				 CUdriverProcAddressQueryResult *status);
 struct proc_entry { const char *base, *name; int min_version, ptds; void *fn; };
+/* An entry point the driver hands out without exporting it under any name. */
+static CUresult internal_instantiate(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
+{
+	return cuGraphInstantiateWithFlags(exec, graph, flags);
+}
 #define E(base, name, ver, ptds) { #base, #name, ver, ptds, (void *)name }
 static const struct proc_entry proc_table[] = {
 	E(cuInit, cuInit, 2000, 0),
@@ -605,6 +610,21 @@ static const struct proc_entry proc_table[] = {
 	E(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz, 9000, 1),
 	E(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 0),
 	E(cuLaunchKernelEx, cuLaunchKernelEx_ptsz, 11060, 1),
+	E(cuGraphCreate, cuGraphCreate, 10000, 0),
+	E(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0),
+	E(cuGraphDestroyNode, cuGraphDestroyNode, 10000, 0),
+	E(cuGraphDestroy, cuGraphDestroy, 10000, 0),
+	E(cuGraphClone, cuGraphClone, 10000, 0),
+	E(cuGraphNodeFindInClone, cuGraphNodeFindInClone, 10000, 0),
+	/* the base name means cuGraphInstantiateWithFlags's three arguments from CUDA 12.0 */
+	E(cuGraphInstantiate, cuGraphInstantiate, 10000, 0),
+	E(cuGraphInstantiate, cuGraphInstantiate_v2, 11000, 0),
+	E(cuGraphInstantiate, cuGraphInstantiateWithFlags, 12000, 0),
+	{ "cuGraphInstantiate", "internal_instantiate", 12080, 0, (void *)internal_instantiate },
+	E(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0),
+	E(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, 0),
+	E(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams_ptsz, 12000, 1),
+	E(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0),
 	E(cuGraphLaunch, cuGraphLaunch, 10000, 0),
 	E(cuGraphLaunch, cuGraphLaunch_ptsz, 10000, 1),
 	E(cuGetProcAddress, cuGetProcAddress, 11030, 0),

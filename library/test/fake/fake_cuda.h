@@ -60,4 +60,21 @@ API CUresult cuEventDestroy_v2(CUevent event);
 API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
 API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
 
+/* Graphs (fake_graph.c). */
+API CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
+API CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+				    CUDA_MEM_ALLOC_NODE_PARAMS *params);
+API CUresult cuGraphDestroyNode(CUgraphNode node);
+API CUresult cuGraphDestroy(CUgraph graph);
+API CUresult cuGraphClone(CUgraph *clone, CUgraph original);
+API CUresult cuGraphNodeFindInClone(CUgraphNode *clone_node, CUgraphNode original_node, CUgraph clone);
+API CUresult cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *err_node, char *log, size_t log_size);
+API CUresult cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *err_node, char *log,
+				   size_t log_size);
+API CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+API CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *params);
+API CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *exec, CUgraph graph,
+					       CUDA_GRAPH_INSTANTIATE_PARAMS *params);
+API CUresult cuGraphExecDestroy(CUgraphExec exec);
+
 #endif

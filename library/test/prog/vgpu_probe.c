@@ -28,6 +28,11 @@
  *                        stream through the _ptsz entry points)
  *   arrays               each CUDA array entry point: one over the limit, one of half the limit,
  *                        an allocation while it is held, the destroy, an allocation after it
+ *   graphs               graphs' memory allocation nodes, through each instantiation entry point
+ *                        (exported, and cuGetProcAddress's "cuGraphInstantiate" before and from
+ *                        CUDA 12.0): over the limit, half the limit held while the executable
+ *                        lives, given back by cuGraphExecDestroy; a destroyed node, a destroyed
+ *                        graph whose handle comes back, a clone
  *   limits               cuCtxSetLimit's heap and stack sizes up and down, an allocation after each
  *   launch <seconds> <blocks> [kernel|grid|gridasync|legacy]  launch kernels back to back
  *                        (core-limit measurement) through cuLaunchKernel (the default) or a
@@ -105,6 +110,9 @@ static const struct { const char *name; void *linked; } cuda_names[] = {
 	N(cuMemFree), N(cuMemFree_v2), N(cuMemFreeAsync), N(cuMemFreeAsync_ptsz), N(cuLaunchKernel),
 	N(cuLaunchKernel_ptsz), N(cuLaunchCooperativeKernel), N(cuLaunchCooperativeKernel_ptsz),
 	N(cuLaunchKernelEx), N(cuLaunchKernelEx_ptsz), N(cuGraphLaunch), N(cuGraphLaunch_ptsz),
+	N(cuGraphAddMemAllocNode), N(cuGraphDestroyNode), N(cuGraphDestroy), N(cuGraphClone), N(cuGraphInstantiate),
+	N(cuGraphInstantiate_v2), N(cuGraphInstantiateWithFlags), N(cuGraphInstantiateWithParams),
+	N(cuGraphInstantiateWithParams_ptsz), N(cuGraphExecDestroy),
 };
 static const struct { const char *name; void *linked; } nvml_names[] = {
 	N(nvmlInit), N(nvmlInit_v2), N(nvmlInitWithFlags), N(nvmlDeviceGetMemoryInfo),
@@ -192,6 +200,17 @@ static const struct procaddr_case procaddr_cases[] = {
 	{ "cuLaunch", 12000, 0, "cuLaunch" },
 	{ "cuLaunchGrid", 12000, 0, "cuLaunchGrid" },
 	{ "cuLaunchGridAsync", 12000, 2, "cuLaunchGridAsync" },
+	{ "cuGraphAddMemAllocNode", 12000, 0, "cuGraphAddMemAllocNode" },
+	{ "cuGraphDestroyNode", 12000, 0, "cuGraphDestroyNode" },
+	{ "cuGraphDestroy", 12000, 0, "cuGraphDestroy" },
+	{ "cuGraphClone", 12000, 0, "cuGraphClone" },
+	{ "cuGraphInstantiate", 10000, 0, "cuGraphInstantiate" },
+	{ "cuGraphInstantiate", 11040, 0, "cuGraphInstantiate_v2" },
+	{ "cuGraphInstantiate", 12000, 0, "cuGraphInstantiateWithFlags" }, /* three arguments from 12.0 */
+	{ "cuGraphInstantiateWithFlags", 12000, 0, "cuGraphInstantiateWithFlags" },
+	{ "cuGraphInstantiateWithParams", 12000, 0, "cuGraphInstantiateWithParams" },
+	{ "cuGraphInstantiateWithParams", 12000, 2, "cuGraphInstantiateWithParams_ptsz" },
+	{ "cuGraphExecDestroy", 12000, 0, "cuGraphExecDestroy" },
 };
 
 static void check_limit(const char *route, __typeof__(&cuMemGetInfo_v2) info, __typeof__(&cuMemAlloc_v2) alloc,
@@ -239,6 +258,12 @@ static int cmd_routes(const char *route)
 		if (gpa2("cuCtxSynchronize", &sync, 12000, 0, NULL) != CUDA_SUCCESS || dladdr(sync, &info) == 0 ||
 		    strstr(info.dli_fname, "libcuda") == NULL)
 			FAIL("an unhooked name must come back from the driver untouched");
+		/* the base name whose signature changed: an entry point that is no export of a hooked
+		 * variant is never swapped for a hook guessed by version */
+		void *inst = NULL;
+		if (gpa2("cuGraphInstantiate", &inst, 12080, 0, NULL) != CUDA_SUCCESS || dladdr(inst, &info) == 0 ||
+		    strstr(info.dli_fname, "libcuda") == NULL)
+			FAIL("cuGraphInstantiate's internal entry point must come back from the driver untouched");
 		void *info2 = NULL, *alloc2 = NULL, *free2 = NULL, *alloc1 = NULL;
 		gpa2("cuMemGetInfo", &info2, 12000, 0, NULL);
 		gpa2("cuMemAlloc", &alloc2, 12000, 0, NULL);
@@ -665,6 +690,130 @@ static int cmd_arrays(void)
 	return 0;
 }
 
+CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
+
+static CUresult graph_node(CUgraph g, uint64_t bytes, CUgraphNode *node)
+{
+	CUDA_MEM_ALLOC_NODE_PARAMS p;
+	memset(&p, 0, sizeof(p));
+	p.poolProps.allocType = 1; /* pinned */
+	p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p.poolProps.location.id = 0;
+	p.bytesize = bytes;
+	return cuGraphAddMemAllocNode(node, g, NULL, 0, &p);
+}
+
+static CUgraph graph_of(uint64_t bytes)
+{
+	CUgraph g = NULL;
+	CUgraphNode n;
+	if (cuGraphCreate(&g, 0) != CUDA_SUCCESS || (bytes != 0 && graph_node(g, bytes, &n) != CUDA_SUCCESS))
+		exit(7);
+	return g;
+}
+
+static CUresult graph_instantiate(const char *via, CUgraphExec *exec, CUgraph g)
+{
+	CUDA_GRAPH_INSTANTIATE_PARAMS params = { 0, NULL, NULL, 0 };
+	void *fn = NULL;
+	if (strcmp(via, "plain") == 0)
+		return cuGraphInstantiate(exec, g, NULL, NULL, 0);
+	if (strcmp(via, "v2") == 0)
+		return cuGraphInstantiate_v2(exec, g, NULL, NULL, 0);
+	if (strcmp(via, "flags") == 0)
+		return cuGraphInstantiateWithFlags(exec, g, 0);
+	if (strcmp(via, "params") == 0)
+		return cuGraphInstantiateWithParams(exec, g, &params);
+	if (strcmp(via, "params_ptsz") == 0)
+		return cuGraphInstantiateWithParams_ptsz(exec, g, &params);
+	if (strcmp(via, "procaddr11") == 0) {
+		if (cuGetProcAddress_v2("cuGraphInstantiate", &fn, 11040, 0, NULL) != CUDA_SUCCESS)
+			return CUDA_ERROR_NOT_FOUND;
+		return ((__typeof__(&cuGraphInstantiate_v2))fn)(exec, g, NULL, NULL, 0);
+	}
+	if (cuGetProcAddress_v2("cuGraphInstantiate", &fn, 12000, 0, NULL) != CUDA_SUCCESS) /* procaddr12 */
+		return CUDA_ERROR_NOT_FOUND;
+	return ((__typeof__(&cuGraphInstantiateWithFlags))fn)(exec, g, 0);
+}
+
+static int cmd_graphs(void)
+{
+	static const char *const vias[] = { "plain", "v2", "flags", "params", "params_ptsz", "procaddr11", "procaddr12" };
+	setup();
+	for (size_t i = 0; i < sizeof(vias) / sizeof(vias[0]); i++) {
+		const char *v = vias[i];
+		char when[64];
+		CUgraphExec e;
+		CUgraph g = graph_of(300 * MiB);
+		CUresult r = graph_instantiate(v, &e, g);
+		printf("%s over the limit = %d\n", v, r);
+		if (r == CUDA_SUCCESS)
+			cuGraphExecDestroy(e);
+		cuGraphDestroy(g);
+		g = graph_of(200 * MiB);
+		r = graph_instantiate(v, &e, g);
+		printf("%s half = %d\n", v, r);
+		snprintf(when, sizeof(when), "%s held", v);
+		say_alloc(when, 200 * MiB);
+		if (r == CUDA_SUCCESS)
+			printf("%s exec destroy = %d\n", v, cuGraphExecDestroy(e));
+		snprintf(when, sizeof(when), "%s destroyed", v);
+		say_alloc(when, 200 * MiB);
+		cuGraphDestroy(g);
+	}
+
+	/* a destroyed node: its graph holds nothing */
+	CUgraphExec e;
+	CUgraphNode n, cn;
+	CUgraph g = graph_of(0), c;
+	graph_node(g, 300 * MiB, &n);
+	printf("node destroy = %d\n", cuGraphDestroyNode(n));
+	CUresult r = cuGraphInstantiateWithFlags(&e, g, 0);
+	printf("node destroyed: instantiate = %d\n", r);
+	if (r == CUDA_SUCCESS)
+		cuGraphExecDestroy(e);
+	cuGraphDestroy(g);
+
+	/* a destroyed graph: the next graph, which gets its handle again, holds nothing */
+	g = graph_of(300 * MiB);
+	cuGraphDestroy(g);
+	CUgraph again = graph_of(0);
+	printf("graph handle reused = %d\n", again == g);
+	r = cuGraphInstantiateWithFlags(&e, again, 0);
+	printf("graph destroyed: instantiate = %d\n", r);
+	if (r == CUDA_SUCCESS)
+		cuGraphExecDestroy(e);
+	cuGraphDestroy(again);
+
+	/* a clone carries its nodes, outliving the original; its node destroyed, nothing */
+	g = graph_of(0);
+	graph_node(g, 300 * MiB, &n);
+	printf("clone = %d\n", cuGraphClone(&c, g));
+	printf("find in clone = %d\n", cuGraphNodeFindInClone(&cn, n, c));
+	cuGraphDestroy(g);
+	r = cuGraphInstantiateWithFlags(&e, c, 0);
+	printf("clone over the limit = %d\n", r);
+	if (r == CUDA_SUCCESS)
+		cuGraphExecDestroy(e);
+	printf("clone node destroy = %d\n", cuGraphDestroyNode(cn));
+	r = cuGraphInstantiateWithFlags(&e, c, 0);
+	printf("clone node destroyed: instantiate = %d\n", r);
+	if (r == CUDA_SUCCESS)
+		cuGraphExecDestroy(e);
+	cuGraphDestroy(c);
+	g = graph_of(200 * MiB);
+	cuGraphClone(&c, g);
+	cuGraphDestroy(g);
+	r = cuGraphInstantiateWithFlags(&e, c, 0);
+	printf("clone half = %d\n", r);
+	say_alloc("clone held", 200 * MiB);
+	if (r == CUDA_SUCCESS)
+		cuGraphExecDestroy(e);
+	say_alloc("clone destroyed", 200 * MiB);
+	cuGraphDestroy(c);
+	return 0;
+}
+
 /* 256 MiB limit, a device of 16 x 2048 resident threads: 1 KiB of stack is 32 MiB. */
 static int cmd_limits(void)
 {
@@ -876,10 +1025,12 @@ int main(int argc, char **argv)
 		return cmd_arrays();
 	if (argc >= 2 && strcmp(argv[1], "limits") == 0)
 		return cmd_limits();
+	if (argc >= 2 && strcmp(argv[1], "graphs") == 0)
+		return cmd_graphs();
 	if (argc >= 3 && strcmp(argv[1], "wake") == 0)
 		return cmd_wake(argv[2]);
 	if (argc >= 5 && strcmp(argv[1], "follow") == 0)
 		return cmd_follow(argv[2], argv[3], atoi(argv[4]));
-	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|busy|nvmlviews|fork|fill|launch|arrays|limits|wake|follow|vmm|vmmrefs|asyncfree|stdin ...\n");
+	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|busy|nvmlviews|fork|fill|launch|arrays|graphs|limits|wake|follow|vmm|vmmrefs|asyncfree|stdin ...\n");
 	return 2;
 }

@@ -51,6 +51,15 @@ func TestMIG(t *testing.T) {
 		if !strings.Contains(cfg, "gpu 0 "+data.MIGUUID+" ") {
 			t.Errorf("%s's vgpu.config does not name its MIG device %s:\n%s", pod, data.MIGUUID, cfg)
 		}
+		// A share of a partition is held to its 8Gi inside the partition's 35Gi (the fake
+		// libcuda in the image plays the MIG device the container is given).
+		if data.MIGProfile == "2g.35gb" {
+			probe := `FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:35840" vgpu_probe alloc 6144 4096 2>/dev/null; echo "exit $?"`
+			out := mustRun(t, "kubectl", "exec", "-n", ns, pod, "-c", "app", "--", "sh", "-c", probe)
+			if !strings.HasSuffix(out, "alloc 6144 MiB = 0\nalloc 4096 MiB = 2\nexit 0\n") {
+				t.Errorf("%s: 6Gi then 4Gi more in its 8Gi share of a partition printed %q, want the second refused", pod, out)
+			}
+		}
 	}
 	if n := len(migInstances(t, gpus[0])); n != len(partitions) {
 		t.Errorf("GPU 0 has %d MIG instances for the %d partitions allocated (%v)", n, len(partitions), partitions)

@@ -276,10 +276,20 @@ int vgpu_config_read_mounted(const char *path, const char *mount_point, struct v
 	return 0;
 }
 
+/* uuid_body is a UUID without its "GPU-" or "MIG-" prefix: CUDA's cuDeviceGetUuid gives 16
+ * bytes with no kind, which the library spells "GPU-…", while a container on a MIG partition has
+ * the MIG device's "MIG-…" in its gpu line (contract §18). The bytes name one device either way. */
+static const char *uuid_body(const char *uuid)
+{
+	if (strncasecmp(uuid, "GPU-", 4) == 0 || strncasecmp(uuid, "MIG-", 4) == 0)
+		return uuid + 4;
+	return uuid;
+}
+
 int vgpu_config_find_uuid(const struct vgpu_config *cfg, const char *uuid)
 {
 	for (int i = 0; i < cfg->ndevices; i++)
-		if (strcasecmp(cfg->dev[i].uuid, uuid) == 0)
+		if (strcasecmp(uuid_body(cfg->dev[i].uuid), uuid_body(uuid)) == 0)
 			return i;
 	return -1;
 }

@@ -110,6 +110,9 @@ static void test_file(void)
 	      strcmp(c.claim_uid, "c1a2b3c4-d5e6-4f70-8192-a3b4c5d6e7f8") == 0, "identity");
 	CHECK_EQ_INT(vgpu_config_find_uuid(&c, "gpu-AA1C2D3E-0000-1111-2222-333344445555"), 1);
 	CHECK_EQ_INT(vgpu_config_find_uuid(&c, "GPU-other"), -1);
+	/* A MIG device's gpu line names it "MIG-…"; CUDA's 16 bytes, which the library spells
+	 * "GPU-…", are the same device (contract §18). */
+	CHECK_EQ_INT(vgpu_config_find_uuid(&c, "MIG-aa1c2d3e-0000-1111-2222-333344445555"), 1);
 	CHECK_EQ_INT(vgpu_config_find_index(&c, 17), 0);
 	CHECK_EQ_INT(vgpu_config_find_index(&c, 0), -1);
 

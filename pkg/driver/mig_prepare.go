@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"k8s.io/klog/v2"
 
@@ -108,32 +107,36 @@ func (d *Driver) destroyMade(ctx context.Context, claimRef string, made []gpu.MI
 
 // checkMIGExclusion is the last line of defence behind the scheduler's counters: no partition
 // on a GPU shared whole by another claim, and no whole-GPU share beside another claim's partition.
+// What the others hold comes from the capacity check's own bookkeeping (admission.go).
 func (d *Driver) checkMIGExclusion(uid, claimRef string, devs []checkpoint.Device) error {
-	held := d.partitionsHeldBesides(uid)
-	wholeShares := map[string]int{}
-	d.admitted.mu.Lock()
-	taken := d.admitted.takenBesides(d.deps.Checkpoint.Totals(), uid)
 	for _, dev := range devs {
-		wholeShares[dev.GPUUUID] = taken(dev.GPUUUID).Results
-	}
-	d.admitted.mu.Unlock()
-	for _, dev := range devs {
-		if _, managed := d.deps.MIGLayouts[dev.GPUUUID]; !managed || dev.AdminAccess {
+		l, managed := d.deps.MIGLayouts[dev.GPUUUID]
+		if !managed || dev.AdminAccess {
 			continue
 		}
 		if dev.IsMIG() {
-			if wholeShares[dev.GPUUUID] > 0 {
+			if d.sharesBesides(uid, dev.GPUUUID) > 0 {
 				return failf(metrics.ReasonOvercommitted, "claim %s: MIG partition %s: GPU %s is shared whole by another claim", claimRef, dev.Device, dev.GPUUUID)
 			}
 			continue
 		}
-		for key := range held {
-			if strings.HasPrefix(key, dev.GPUUUID+"/") {
-				return failf(metrics.ReasonOvercommitted, "claim %s: device %s: GPU %s has a MIG partition of another claim (%s)", claimRef, dev.Device, dev.GPUUUID, strings.TrimPrefix(key, dev.GPUUUID+"/"))
+		g := d.byName[dev.Device]
+		for _, m := range migDevicesOf(g, l) {
+			name := MIGDeviceName(g.Index, m.profile.Name, m.at.Start)
+			if d.sharesBesides(uid, dev.GPUUUID+"/"+name) > 0 {
+				return failf(metrics.ReasonOvercommitted, "claim %s: device %s: GPU %s has a MIG partition of another claim (%s)", claimRef, dev.Device, dev.GPUUUID, name)
 			}
 		}
 	}
 	return nil
+}
+
+// sharesBesides counts the results of claims other than uid, recorded or being prepared, on a
+// capacity key (checkpoint.Device.CapacityKey): a whole GPU's or one partition's.
+func (d *Driver) sharesBesides(uid, key string) int {
+	d.admitted.mu.Lock()
+	defer d.admitted.mu.Unlock()
+	return d.admitted.takenBesides(d.deps.Checkpoint.Totals(), uid)(key).Results
 }
 
 // instanceFor finds the partition's instance or creates it, turning MIG mode on first.
@@ -201,10 +204,9 @@ func (d *Driver) releaseMIG(uid string, devs []checkpoint.Device) error {
 	}
 	d.migMu.Lock()
 	defer d.migMu.Unlock()
-	held := d.partitionsHeldBesides(uid)
 	var errs []error
 	for _, dev := range devs {
-		if !dev.IsMIG() || held[dev.CapacityKey()] {
+		if !dev.IsMIG() || d.sharesBesides(uid, dev.CapacityKey()) > 0 {
 			continue
 		}
 		in, ok, err := d.findInstance(dev)
@@ -216,31 +218,6 @@ func (d *Driver) releaseMIG(uid string, devs []checkpoint.Device) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// partitionsHeldBesides are the partitions (capacity keys) that claims other than uid hold.
-func (d *Driver) partitionsHeldBesides(uid string) map[string]bool {
-	held := map[string]bool{}
-	for other, c := range d.deps.Checkpoint.Snapshot().Claims {
-		if other == uid {
-			continue
-		}
-		for _, dev := range c.Devices {
-			if dev.IsMIG() {
-				held[dev.CapacityKey()] = true
-			}
-		}
-	}
-	d.admitted.mu.Lock()
-	for other, devs := range d.admitted.pending {
-		for _, dev := range devs {
-			if other != uid && dev.IsMIG() {
-				held[dev.CapacityKey()] = true
-			}
-		}
-	}
-	d.admitted.mu.Unlock()
-	return held
 }
 
 // recoverMIG brings the MIG-managed GPUs in line with the checkpoint at start-up: an instance

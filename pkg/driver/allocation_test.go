@@ -246,11 +246,11 @@ func TestCheckCapacity(t *testing.T) {
 // GPU are refused naming both requests.
 func TestOnePerGPU(t *testing.T) {
 	ok := []checkpoint.Device{{Request: "a", Device: "gpu-0", GPUUUID: uuidGPU0}, {Request: "b", Device: "gpu-1", GPUUUID: uuidGPU1}}
-	if err := onePerGPU(ok); err != nil {
+	if err := onePerGPU(ok, nil); err != nil {
 		t.Errorf("two GPUs: %v", err)
 	}
 	bad := []checkpoint.Device{{Request: "a", Device: "gpu-0", GPUUUID: uuidGPU0}, {Request: "b", Device: "gpu-0", GPUUUID: uuidGPU0}}
-	if err := onePerGPU(bad); err == nil || !strings.Contains(err.Error(), `"a" and "b"`) {
+	if err := onePerGPU(bad, nil); err == nil || !strings.Contains(err.Error(), `"a" and "b"`) {
 		t.Errorf("one GPU twice: %v, want an error naming both requests", err)
 	}
 }

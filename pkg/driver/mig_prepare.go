@@ -29,22 +29,6 @@ func migOf(m migDevice) checkpoint.MIGInstance {
 	}
 }
 
-// onePartitionPerGPU refuses a claim with two partitions of one GPU: the container's per-GPU
-// limits are named by the GPU's index (contract §3), one per GPU.
-func onePartitionPerGPU(devs []checkpoint.Device) error {
-	seen := map[string]string{}
-	for _, dev := range devs {
-		if !dev.IsMIG() {
-			continue
-		}
-		if other, dup := seen[dev.GPUUUID]; dup {
-			return fmt.Errorf("results %s and %s are both partitions of GPU %d; a claim takes one partition of a GPU", other, dev.Device, dev.Index)
-		}
-		seen[dev.GPUUUID] = dev.Device
-	}
-	return nil
-}
-
 // migFailf is a Prepare error about MIG.
 func migFailf(format string, args ...any) error {
 	return failf(metrics.ReasonMIG, format, args...)

@@ -489,3 +489,19 @@ func TestMIGModeNeedsAReset(t *testing.T) {
 		t.Fatalf("the kubelet's retry after the reset: %v", err)
 	}
 }
+
+// TestTwoPartitionsOfOneGPU: a claim with two partitions of one GPU is refused before anything
+// is made: its container's limits are named by the GPU's index, one per GPU.
+func TestTwoPartitionsOfOneGPU(t *testing.T) {
+	m := newMIGSim(t, "")
+	d := m.driver(t)
+	c := apiClaim("two", "f0000000-0000-4000-8000-000000000006",
+		result("a", "gpu-0-mig-1g-18gb-0", "", ""), result("b", "gpu-0-mig-1g-18gb-1", "", ""))
+	err := prepare(t, d, c)[c.UID]
+	if err == nil || !strings.Contains(err.Error(), `"a" and "b"`) || !strings.Contains(err.Error(), "one MIG partition") {
+		t.Fatalf("two partitions of GPU 0 in one claim: %v", err)
+	}
+	if list, _ := m.sim.MIGInstances(m.devices[0].UUID); len(list) != 0 {
+		t.Errorf("the refused claim made instances: %+v", list)
+	}
+}

@@ -99,11 +99,13 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 	if d.cfg.VGPU {
 		prepared.Path = d.deps.Paths.ClaimPath(ctx)
 	}
-	if err := onePartitionPerGPU(devs); err != nil {
-		return checkpoint.Claim{}, nil, failf(metrics.ReasonInvalidClaim, "claim %s: %v", klog.KObj(claim), err)
+	// The container's per-GPU limits are named by the GPU's index (contract §3): one
+	// partition of a GPU per claim.
+	if err := onePerGPU(devs, checkpoint.Device.IsMIG); err != nil {
+		return checkpoint.Claim{}, nil, failf(metrics.ReasonInvalidClaim, "claim %s: %v; a claim takes one MIG partition of a GPU", klog.KObj(claim), err)
 	}
 	if prepared.Path == contract.PathPerClaim {
-		if err := onePerGPU(devs); err != nil {
+		if err := onePerGPU(devs, nil); err != nil {
 			return checkpoint.Claim{}, nil, failf(metrics.ReasonInvalidClaim, "claim %s: %v; one directory set serves the whole claim on the per-claim path, so it needs the NRI path (NRISupport and a runtime with NRI)", klog.KObj(claim), err)
 		}
 		prepared.RegisterUUID = d.deps.NewUUID()
@@ -303,9 +305,13 @@ func ReservedPods(claim *resourceapi.ResourceClaim) []string {
 	return out
 }
 
-func onePerGPU(devs []checkpoint.Device) error {
+// onePerGPU refuses two results on one GPU, of those that only selects (nil: all).
+func onePerGPU(devs []checkpoint.Device, only func(checkpoint.Device) bool) error {
 	seen := map[string]string{}
 	for _, dev := range devs {
+		if only != nil && !only(dev) {
+			continue
+		}
 		if other, dup := seen[dev.GPUUUID]; dup {
 			return fmt.Errorf("requests %q and %q both got device %s", other, dev.Request, dev.Device)
 		}

@@ -111,7 +111,7 @@ fuzz-long:
 ## make cluster-bins on first use). Figures: docs/performance.md.
 BENCH_OUT := $(OUTPUT)/bench
 bench:
-	@rm -f $(BENCH_OUT)/go.txt $(BENCH_OUT)/compare.txt $(BENCH_OUT)/library.txt
+	@rm -f $(BENCH_OUT)/go.txt $(BENCH_OUT)/compare.txt $(BENCH_OUT)/library.txt $(BENCH_OUT)/library-overhead.txt
 	$(MAKE) --no-print-directory bench-go bench-library
 	BENCH_COMPARE_NO_SUMMARY=1 hack/bench-compare.sh
 	@$(MAKE) --no-print-directory bench-summary
@@ -135,7 +135,7 @@ bench-throughput:
 ## (the library's start-up bench prints its figures as a `go test -bench` line too).
 bench-summary:
 	@echo; echo "== performance targets (hack/bench-targets.txt) =="
-	@cd hack/tools && $(GO) run ./cmd/benchsummary -targets ../bench-targets.txt $(BENCH_OUT)/go.txt $(BENCH_OUT)/library.txt $(BENCH_OUT)/compare.txt
+	@cd hack/tools && $(GO) run ./cmd/benchsummary -targets ../bench-targets.txt $(BENCH_OUT)/go.txt $(BENCH_OUT)/library.txt $(BENCH_OUT)/library-overhead.txt $(BENCH_OUT)/compare.txt
 
 ## gpu-check-bins: what hack/gpu-check.sh runs, built here for a GPU machine without Go: the
 ## library suite's gpu_check, the enforcer's and the MIG code path's GPU test binaries, in $(LIBRARY_BUILD).
@@ -148,7 +148,8 @@ gpu-check-bins:
 bench-library:
 	cmake -S library -B $(LIBRARY_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(LIBRARY_BUILD) -j2 --target bench_overhead test_core_shared_sim bench_startup
-	$(LIBRARY_BUILD)/test/bench_overhead
+	@mkdir -p $(BENCH_OUT)
+	set -o pipefail; $(LIBRARY_BUILD)/test/bench_overhead | tee $(BENCH_OUT)/library-overhead.txt
 	@echo
 	$(LIBRARY_BUILD)/test/test_core_shared_sim bench
 	@echo

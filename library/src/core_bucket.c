@@ -149,3 +149,24 @@ uint64_t core_bucket_max_wait_ns(int target_pct)
 		target_pct = 100;
 	return VGPU_CORE_MAX_WAIT_NS * 100 / (uint64_t)target_pct;
 }
+
+double core_bucket_quiet_util(struct core_quiet *q, uint64_t util_seen_us, uint64_t now_ns, uint64_t *window_ns)
+{
+	*window_ns = 0;
+	if (util_seen_us != 0) {
+		atomic_store_explicit(&q->first_ns, 0, memory_order_relaxed);
+		return -1;
+	}
+	uint64_t first = atomic_load_explicit(&q->first_ns, memory_order_relaxed);
+	if (first == 0 || now_ns < first) {
+		atomic_store_explicit(&q->first_ns, now_ns, memory_order_relaxed);
+		atomic_store_explicit(&q->last_ns, now_ns, memory_order_relaxed);
+		return -1;
+	}
+	uint64_t last = atomic_load_explicit(&q->last_ns, memory_order_relaxed);
+	if (now_ns - first < VGPU_CORE_QUIET_NS || now_ns <= last)
+		return -1;
+	atomic_store_explicit(&q->last_ns, now_ns, memory_order_relaxed);
+	*window_ns = now_ns - last;
+	return 0;
+}

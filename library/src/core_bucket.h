@@ -22,6 +22,7 @@
 #define VGPU_CORE_MIN_RATE 64ull            /* blocks/s floor */
 #define VGPU_CORE_MAX_RATE (1ull << 40)
 #define VGPU_CORE_INITIAL_RATE 200000ull    /* blocks/s before the first measurement */
+#define VGPU_CORE_QUIET_NS 1000000000ull    /* no sample of the container ever, for this long: idle */
 
 struct core_bucket {
 	_Atomic int64_t tokens;         /* blocks; may go negative (debt of a large launch) */
@@ -50,6 +51,22 @@ int core_bucket_control_due(struct core_bucket *b, uint64_t now_ns, uint64_t per
  * counted so far are kept for the next measured step. window_ns is the time the measurement
  * covers (since the previous measured step). */
 void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct, uint64_t window_ns);
+
+/* A process's view of a bucket that has never been measured (no NVML sample of the container's
+ * processes since the bucket was made: util_seen_us is 0). */
+struct core_quiet {
+	_Atomic uint64_t first_ns; /* the first control step that found no sample; 0: none yet */
+	_Atomic uint64_t last_ns;  /* the previous step that measured 0 %, or first_ns */
+};
+
+/* What a control step that found no new sample measured. A bucket that was measured once is
+ * not quiet: the share over the gap is taken when the next sample comes (-1). One that never
+ * was measured, for VGPU_CORE_QUIET_NS from this process's first such step on, measured 0 %
+ * over that time: samples come every 1/6 s on a GPU, so the container's work took no GPU time
+ * the driver could sample (too short, or NVML gives no per-process samples: a MIG partition,
+ * no NVML) and launches held there were held by the initial rate, not by the GPU. From then
+ * on every step measures 0 % over the time since the previous one (*window_ns). */
+double core_bucket_quiet_util(struct core_quiet *q, uint64_t util_seen_us, uint64_t now_ns, uint64_t *window_ns);
 
 /* The target changed from old_pct to new_pct (both 1-100): what the controller keeps for a
  * target, the rate and the integral, is scaled by new / old at once, so that the launches

@@ -24,6 +24,11 @@ static struct {
 	_Atomic uint64_t next_allowance_check_ns;
 } seen[VGPU_MAX_DEVICES];
 
+/* Per GPU position: the time the container has gone unmeasured (core_bucket_quiet_util), and
+ * whether this process said that NVML cannot measure it. */
+static struct core_quiet quiet[VGPU_MAX_DEVICES];
+static _Atomic int said_unmeasured[VGPU_MAX_DEVICES];
+
 static void use_own_buckets(void)
 {
 	int expected = 0;
@@ -109,7 +114,7 @@ static void note_launch(int index, uint64_t now)
 /* One controller step for the container (the caller won the election for this period). The
  * step measures only when NVML has samples newer than the last step's: the launches counted
  * since then are compared with the busy share of the time those samples cover. */
-static void control(int index, struct core_bucket *b, _Atomic uint8_t *rate_target)
+static void control(int index, struct core_bucket *b, _Atomic uint8_t *rate_target, uint64_t now)
 {
 	nvmlDevice_t dev = atomic_load(&nvml_dev[index]);
 	if (dev == NULL) {
@@ -117,16 +122,23 @@ static void control(int index, struct core_bucket *b, _Atomic uint8_t *rate_targ
 		atomic_store(&nvml_dev[index], dev);
 	}
 	double util = -1;
-	uint64_t prev = atomic_load(&b->util_seen_us), seen = prev;
+	uint64_t prev = atomic_load(&b->util_seen_us), seen = prev, window = 0;
 	vgpu_runtime_refresh_pids();
-	if (dev != NULL && vgpu_nvml_container_util(dev, &vgpu_rt.pids, &seen, &util) == 0 && seen != prev) {
+	int measured = dev != NULL && vgpu_nvml_container_util(dev, &vgpu_rt.pids, &seen, &util) == 0;
+	if (measured && seen != prev) {
 		atomic_store(&b->util_seen_us, seen);
+		window = (seen - prev) * 1000;
 		if (prev == 0)
 			util = -1; /* the first samples cover an unknown past: baseline only */
 	} else {
-		util = -1; /* nothing new measured: the rate stays, refill goes on by time */
+		/* nothing new measured: the rate stays, refill goes on by time; unless the
+		 * container was never measured at all (core_bucket_quiet_util) */
+		util = core_bucket_quiet_util(&quiet[index], prev, now, &window);
+		if (util == 0 && !measured && !atomic_exchange(&said_unmeasured[index], 1))
+			vgpu_log_warn("core limit on GPU %d: NVML gives no per-process utilisation here; the "
+				      "limit cannot be measured, and launches are not held on a guess", index);
 	}
-	core_bucket_control(b, follow_target(index, b, rate_target), util, util < 0 ? 0 : (seen - prev) * 1000);
+	core_bucket_control(b, follow_target(index, b, rate_target), util, window);
 }
 
 /* Takes the launch's tokens, waiting for them at most core_bucket_max_wait_ns; runs the
@@ -140,7 +152,7 @@ static CUresult wait_for_tokens(int index, struct core_bucket *b, _Atomic uint8_
 	for (;;) {
 		uint64_t due = atomic_load_explicit(&b->next_control_ns, memory_order_relaxed);
 		if (now >= due && core_bucket_control_due(b, now, VGPU_CORE_CONTROL_NS))
-			control(index, b, rate_target);
+			control(index, b, rate_target, now);
 		else
 			check_allowance(index, b, rate_target, now);
 		uint64_t wait = core_bucket_take(b, blocks, now);

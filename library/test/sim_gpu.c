@@ -79,6 +79,8 @@ static int gate(struct sim_gpu *g, struct sim_proc *p, uint64_t *retry_ns)
 	if (now >= due && core_bucket_control_due(b, now, SIM_CONTROL_NS)) {
 		uint64_t window = 0;
 		double u = nvml_container_util(g, ct, p->container, &window);
+		if (u < 0)
+			u = core_bucket_quiet_util(&ct->quiet, ct->last_seen_us, now, &window);
 		core_bucket_control(b, ct->target_pct, u, u < 0 ? 0 : window);
 	}
 	if (ct->target_pct >= 100)

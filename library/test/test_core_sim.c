@@ -153,8 +153,58 @@ static void test_retarget(void)
 	}
 }
 
+/* Launches of 1-block kernels that take no GPU time the driver samples, tried every 500 ns
+ * for 5 s while NVML never has a sample of the container (quiet) or while the caller feeds no
+ * measurement at all (quiet = 0): how many went through in the last second. */
+static uint64_t unmeasured_launches(int quiet)
+{
+	struct core_bucket b;
+	struct core_quiet q = { 0 };
+	const uint64_t t0 = 1000000000ull, end = t0 + 5000000000ull;
+	core_bucket_init(&b, t0);
+	uint64_t last_second = 0, next_try = t0;
+	for (uint64_t step = t0 + CONTROL_NS; step <= end; step += CONTROL_NS) {
+		for (; next_try < step; next_try += 500) {
+			if (core_bucket_take(&b, 1, next_try) == 0 && next_try >= end - 1000000000ull)
+				last_second++;
+		}
+		if (!core_bucket_control_due(&b, step, CONTROL_NS))
+			continue;
+		uint64_t window = 0;
+		double u = quiet ? core_bucket_quiet_util(&q, atomic_load(&b.util_seen_us), step, &window) : -1;
+		core_bucket_control(&b, 50, u, window);
+	}
+	return last_second;
+}
+
+/* A container whose work NVML never samples is not held at the initial rate forever: after
+ * VGPU_CORE_QUIET_NS without a sample the held launches raise the rate until none is held. A
+ * bucket measured once is never quiet: the gap is measured when the next sample comes. */
+static void test_unmeasured(void)
+{
+	uint64_t held = unmeasured_launches(0), quiet = unmeasured_launches(1);
+	CHECK(held <= VGPU_CORE_INITIAL_RATE * 11 / 10, "without the quiet rule: %llu launches in 1 s",
+	      (unsigned long long)held);
+	CHECK(quiet >= 1900000, "a never-measured container got %llu of 2,000,000 launches in its 5th second "
+	      "(the initial rate allows %llu)", (unsigned long long)quiet, (unsigned long long)VGPU_CORE_INITIAL_RATE);
+
+	struct core_quiet q = { 0 };
+	uint64_t w;
+	CHECK(core_bucket_quiet_util(&q, 0, 1000, &w) < 0, "the first unmeasured step measures nothing");
+	CHECK(core_bucket_quiet_util(&q, 0, 1000 + VGPU_CORE_QUIET_NS - 1, &w) < 0, "quiet before 1 s");
+	CHECK(core_bucket_quiet_util(&q, 0, 1000 + VGPU_CORE_QUIET_NS, &w) == 0 && w == VGPU_CORE_QUIET_NS,
+	      "after 1 s of no sample: 0 %% over the second, window %llu", (unsigned long long)w);
+	CHECK(core_bucket_quiet_util(&q, 0, 1000 + VGPU_CORE_QUIET_NS + CONTROL_NS, &w) == 0 && w == CONTROL_NS,
+	      "then each step measures its own window, %llu", (unsigned long long)w);
+	CHECK(core_bucket_quiet_util(&q, 12345, 1000 + 5 * VGPU_CORE_QUIET_NS, &w) < 0 && w == 0,
+	      "a bucket measured once is not quiet");
+	CHECK(core_bucket_quiet_util(&q, 0, 1000 + 5 * VGPU_CORE_QUIET_NS + 1, &w) < 0,
+	      "a quiet spell starts again from its first step");
+}
+
 int main(void)
 {
+	test_unmeasured();
 	test_retarget();
 	const struct scenario scenarios[] = {
 		{ "1 process, 1 ms kernels", 1, { { .dur_ns = 1000000, .blocks = 1000 } }, 0 },

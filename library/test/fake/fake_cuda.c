@@ -539,6 +539,7 @@ API CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
 }
 API CUresult fake_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return cuMemAlloc_v2(dptr, bytesize); }
 API CUresult fake_cuMemFree_v2(CUdeviceptr dptr) { return cuMemFree_v2(dptr); }
+API CUresult fake_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s) { return cuMemAllocAsync(dptr, bytesize, s); }
 
 /* cuGetProcAddress: the published version history, like the driver's. */
 API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);

@@ -150,6 +150,8 @@ static CUresult free_async(CUdeviceptr dptr, CUstream stream)
 }
 
 API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { return free_async(dptr, s); }
+/* Baseline for the benchmark: the same function under a name libvgpu does not hook. */
+API CUresult fake_cuMemFreeAsync(CUdeviceptr dptr, CUstream s) { return free_async(dptr, s); }
 API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { return free_async(dptr, s); }
 
 API CUresult cuEventCreate(CUevent *event, unsigned int flags)

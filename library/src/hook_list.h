@@ -40,6 +40,14 @@
 	X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0)          \
 	X(cuArrayDestroy, cuArrayDestroy, 2000, 0)                          \
 	X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0)        \
+	X(cuModuleLoad, cuModuleLoad, 2000, 0)                              \
+	X(cuModuleLoadData, cuModuleLoadData, 2000, 0)                      \
+	X(cuModuleLoadDataEx, cuModuleLoadDataEx, 2010, 0)                  \
+	X(cuModuleLoadFatBinary, cuModuleLoadFatBinary, 2000, 0)            \
+	X(cuModuleUnload, cuModuleUnload, 2000, 0)                          \
+	X(cuLibraryLoadData, cuLibraryLoadData, 12000, 0)                   \
+	X(cuLibraryLoadFromFile, cuLibraryLoadFromFile, 12000, 0)           \
+	X(cuLibraryUnload, cuLibraryUnload, 12000, 0)                       \
 	X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0)         \
 	X(cuGraphDestroyNode, cuGraphDestroyNode, 10000, 0)                 \
 	X(cuGraphDestroy, cuGraphDestroy, 10000, 0)                         \

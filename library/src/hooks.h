@@ -44,6 +44,21 @@ VGPU_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *handle, const CUDA
 					    unsigned int numMipmapLevels);
 VGPU_EXPORT CUresult cuArrayDestroy(CUarray handle);
 VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray handle);
+VGPU_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname);
+VGPU_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image);
+VGPU_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int num_options,
+					CUjit_option *options, void **option_values);
+VGPU_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fat_cubin);
+VGPU_EXPORT CUresult cuModuleUnload(CUmodule module);
+VGPU_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jit_options,
+				       void **jit_option_values, unsigned int num_jit_options,
+				       CUlibraryOption *library_options, void **library_option_values,
+				       unsigned int num_library_options);
+VGPU_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *file_name, CUjit_option *jit_options,
+					   void **jit_option_values, unsigned int num_jit_options,
+					   CUlibraryOption *library_options, void **library_option_values,
+					   unsigned int num_library_options);
+VGPU_EXPORT CUresult cuLibraryUnload(CUlibrary library);
 VGPU_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
 					    size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *params);
 VGPU_EXPORT CUresult cuGraphDestroyNode(CUgraphNode node);

@@ -12,6 +12,16 @@
 #define RECONCILE_VIEW_NS 100000000ull
 
 static _Atomic(nvmlDevice_t) nvml_dev[VGPU_MAX_DEVICES];
+static _Atomic uint64_t reconcile_due; /* bit i: GPU position i reconciles at its next look */
+
+void vgpu_mem_reconcile_next(void)
+{
+	if (vgpu_runtime_mode() != VGPU_MODE_ENFORCE)
+		return;
+	int index = vgpu_rt.only_index >= 0 ? vgpu_rt.only_index : vgpu_runtime_current_index();
+	if (index >= 0 && index < 64)
+		atomic_fetch_or(&reconcile_due, 1ull << index);
+}
 
 /* Counts what NVML sees of the container that the hooks do not (contexts, the driver's own
  * allocations): the ledger keeps max(0, NVML's per-process total - hooked bytes). */
@@ -20,9 +30,13 @@ static void maybe_reconcile(int index, uint64_t interval_ns)
 	if (vgpu_ledger_usable(&vgpu_rt.ledger) != 0)
 		return; /* said when it became unusable; reservations are refused */
 	uint64_t now = vgpu_now_ns();
+	uint64_t bit = index < 64 ? 1ull << index : 0;
+	int due = (atomic_load_explicit(&reconcile_due, memory_order_relaxed) & bit) != 0;
 	uint64_t last = vgpu_ledger_reconciled_ns(&vgpu_rt.ledger, index);
-	if (last != 0 && now - last < interval_ns)
+	if (!due && last != 0 && now - last < interval_ns)
 		return;
+	if (due)
+		atomic_fetch_and(&reconcile_due, ~bit);
 	nvmlDevice_t dev = atomic_load(&nvml_dev[index]);
 	if (dev == NULL) {
 		dev = vgpu_nvml_device(vgpu_rt.cfg.dev[index].uuid);

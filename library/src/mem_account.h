@@ -36,6 +36,11 @@ void vgpu_mem_free_end(enum vgpu_alloc_kind kind, uint64_t key, const struct vgp
 /* Gives bytes accounted on a config position back to the ledger (a free that took effect). */
 void vgpu_mem_credit(int index, uint64_t bytes);
 
+/* The driver took or gave back memory the library cannot size (a module's globals and code):
+ * the next reservation or memory-info answer on the current context's GPU reads NVML's figure
+ * for the container at once, not up to a second later. */
+void vgpu_mem_reconcile_next(void);
+
 /* Whether the process enforces (the hooks keep books only then). */
 int vgpu_mem_enforcing(void);
 

@@ -4,7 +4,7 @@
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
  *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm|asyncfree|
- *                 ledgerlock|truncate|wake|allowance|arrays|graphs|ctxlimits|legacylaunch|nvmlneighbours> */
+ *                 ledgerlock|truncate|wake|allowance|arrays|graphs|ctxlimits|modules|legacylaunch|nvmlneighbours> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -1108,6 +1108,33 @@ static void test_ctxlimits(void)
 	root_teardown(&r);
 }
 
+/* A module's globals take device memory the library cannot size from the image: NVML's figure
+ * is read at the next allocation after a load, so 200 MiB of globals count against a 256 MiB
+ * limit at once (not up to a second later), and an unload gives them back at once. Every load
+ * entry point, modules and libraries. */
+static void test_modules(void)
+{
+	static const char *const vias[] = { "data", "dataex", "fatbinary", "file", "library", "libraryfile" };
+	struct root r;
+	root_setup(&r, "OK");
+	struct run res;
+	run(&r, LIBVGPU_TEST, PROBE("modules"), NULL, &res);
+	CHECK(res.status == 0, "modules: exit %d\n%s%s", res.status, res.out, res.err);
+	CHECK(strstr(res.out, "alloc 16 MiB = 0\n") != NULL, "%s%s", res.out, res.err);
+	for (size_t i = 0; i < sizeof(vias) / sizeof(vias[0]); i++) {
+		const char *v = vias[i];
+		char want[4][96];
+		snprintf(want[0], sizeof(want[0]), "%s load = 0\n", v);
+		snprintf(want[1], sizeof(want[1]), "%s loaded: alloc 200 MiB = 2\n", v);
+		snprintf(want[2], sizeof(want[2]), "%s unload = 0\n", v);
+		snprintf(want[3], sizeof(want[3]), "%s unloaded: alloc 200 MiB = 0\n", v);
+		for (int k = 0; k < 4; k++)
+			CHECK(strstr(res.out, want[k]) != NULL, "%s: want \"%s\" in\n%s%s", v, want[k], res.out, res.err);
+	}
+	check_peak(&r, "modules");
+	root_teardown(&r);
+}
+
 /* The legacy launch entry points are throttled like cuLaunchKernel (see corelimit). */
 static void test_legacylaunch(void)
 {
@@ -1403,7 +1430,7 @@ int main(int argc, char **argv)
 		{ "pidns", test_pidns }, { "crashcreate", test_crashcreate }, { "fork", test_fork }, { "stdin", test_stdin },
 		{ "vmm", test_vmm }, { "asyncfree", test_asyncfree },
 		{ "ledgerlock", test_ledgerlock }, { "truncate", test_truncate }, { "wake", test_wake },
-		{ "allowance", test_allowance }, { "arrays", test_arrays }, { "graphs", test_graphs }, { "ctxlimits", test_ctxlimits },
+		{ "allowance", test_allowance }, { "arrays", test_arrays }, { "graphs", test_graphs }, { "ctxlimits", test_ctxlimits }, { "modules", test_modules },
 		{ "legacylaunch", test_legacylaunch }, { "nvmlneighbours", test_nvmlneighbours },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));

@@ -6,6 +6,7 @@
  * virtual memory API is in fake_vmm.c, streams, events and stream-ordered frees in
  * fake_stream.c, graphs' memory nodes in fake_graph.c. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -403,6 +404,80 @@ API CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DESC
 API CUresult cuArrayDestroy(CUarray a) { return fake_free_key((uint64_t)(uintptr_t)a); }
 API CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) { return fake_free_key((uint64_t)(uintptr_t)a); }
 
+/* Modules and libraries hold device memory from their load to their unload; the handle is
+ * the allocation's key. */
+static CUresult fake_module_load(const void *image, uint64_t *key)
+{
+	CUresult r = need_ctx();
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (image == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	const struct fake_module_image *m = image;
+	uint64_t bytes = FAKE_MODULE_CODE_BYTES;
+	if (memcmp(m->magic, FAKE_MODULE_MAGIC, sizeof(FAKE_MODULE_MAGIC)) == 0)
+		bytes += m->globals_bytes;
+	return fake_alloc_on(current_dev, bytes, key, 0);
+}
+
+static CUresult fake_module_file(const char *path, uint64_t *key)
+{
+	struct fake_module_image m = { { 0 }, 0 };
+	FILE *f = path ? fopen(path, "rb") : NULL;
+	if (f == NULL)
+		return CUDA_ERROR_FILE_NOT_FOUND;
+	size_t got = fread(&m, 1, sizeof(m), f);
+	fclose(f);
+	if (got == 0)
+		return CUDA_ERROR_INVALID_IMAGE;
+	return fake_module_load(&m, key);
+}
+
+API CUresult cuModuleLoadData(CUmodule *mod, const void *image)
+{
+	uint64_t key;
+	CUresult r = fake_module_load(image, &key);
+	if (r == CUDA_SUCCESS)
+		*mod = (CUmodule)(uintptr_t)key;
+	return r;
+}
+API CUresult cuModuleLoadDataEx(CUmodule *mod, const void *image, unsigned n, CUjit_option *o, void **v)
+{
+	(void)n; (void)o; (void)v;
+	return cuModuleLoadData(mod, image);
+}
+API CUresult cuModuleLoadFatBinary(CUmodule *mod, const void *fatbin) { return cuModuleLoadData(mod, fatbin); }
+API CUresult cuModuleLoad(CUmodule *mod, const char *path)
+{
+	uint64_t key;
+	CUresult r = fake_module_file(path, &key);
+	if (r == CUDA_SUCCESS)
+		*mod = (CUmodule)(uintptr_t)key;
+	return r;
+}
+API CUresult cuModuleUnload(CUmodule mod) { return fake_free_key((uint64_t)(uintptr_t)mod); }
+API CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jo, void **jv, unsigned nj,
+			       CUlibraryOption *lo, void **lv, unsigned nl)
+{
+	(void)jo; (void)jv; (void)nj; (void)lo; (void)lv; (void)nl;
+	uint64_t key;
+	CUresult r = fake_module_load(code, &key);
+	if (r == CUDA_SUCCESS)
+		*lib = (CUlibrary)(uintptr_t)key;
+	return r;
+}
+API CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, CUjit_option *jo, void **jv, unsigned nj,
+				   CUlibraryOption *lo, void **lv, unsigned nl)
+{
+	(void)jo; (void)jv; (void)nj; (void)lo; (void)lv; (void)nl;
+	uint64_t key;
+	CUresult r = fake_module_file(path, &key);
+	if (r == CUDA_SUCCESS)
+		*lib = (CUlibrary)(uintptr_t)key;
+	return r;
+}
+API CUresult cuLibraryUnload(CUlibrary lib) { return fake_free_key((uint64_t)(uintptr_t)lib); }
+
 /* A device of FAKE_SM_COUNT SMs of FAKE_THREADS_PER_SM threads each. */
 #define FAKE_SM_COUNT 16
 #define FAKE_THREADS_PER_SM 2048
@@ -596,6 +671,14 @@ static const struct proc_entry proc_table[] = {
 	E(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0),
 	E(cuArrayDestroy, cuArrayDestroy, 2000, 0),
 	E(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0),
+	E(cuModuleLoad, cuModuleLoad, 2000, 0),
+	E(cuModuleLoadData, cuModuleLoadData, 2000, 0),
+	E(cuModuleLoadDataEx, cuModuleLoadDataEx, 2010, 0),
+	E(cuModuleLoadFatBinary, cuModuleLoadFatBinary, 2000, 0),
+	E(cuModuleUnload, cuModuleUnload, 2000, 0),
+	E(cuLibraryLoadData, cuLibraryLoadData, 12000, 0),
+	E(cuLibraryLoadFromFile, cuLibraryLoadFromFile, 12000, 0),
+	E(cuLibraryUnload, cuLibraryUnload, 12000, 0),
 	E(cuCtxSetLimit, cuCtxSetLimit, 3010, 0),
 	E(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, 0),
 	E(cuMemFree, cuMemFree, 2000, 0),

@@ -31,6 +31,16 @@ int fake_device_of(int ordinal);
 CUresult fake_alloc_on(int dev, uint64_t bytes, uint64_t *key, int v1);
 /* Forgets the allocation and gives its bytes back. */
 CUresult fake_free_key(uint64_t key);
+
+/* A module image the fake knows: the magic, then the bytes of its __device__ globals. A
+ * module takes FAKE_MODULE_CODE_BYTES for its code plus its globals from load to unload, as
+ * the driver's do; any other image is code only. */
+#define FAKE_MODULE_MAGIC "FAKEMOD"
+#define FAKE_MODULE_CODE_BYTES (64ull * 1024ull)
+struct fake_module_image {
+	char magic[8];
+	uint64_t globals_bytes;
+};
 /* The allocation recorded under key, or NULL. */
 struct fake_alloc *fake_alloc_find(uint64_t key);
 

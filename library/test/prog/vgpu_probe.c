@@ -16,6 +16,8 @@
  *   hold <MiB>           the same, then print "held" and wait to be killed
  *   fork <MiB> <MiB> <MiB>  allocate the first; a forked child allocates the second and exits
  *                        without freeing; then the parent allocates the third
+ *   modules              modules and libraries of 200 MiB of globals loaded and unloaded through
+ *                        each entry point, 200 MiB allocated while each is loaded and after
  *   fill <MiB> <dir>     allocate chunks until OOM; in phases driven by files in <dir>
  *   vmm <MiB> <max>      the CUDA Programming Guide's virtual memory pattern in a loop: reserve a
  *                        range, create <MiB>, map it, release the handle at once; until a call
@@ -63,6 +65,7 @@
 #include "../../src/core_limiter.h"
 #include "../../src/core_wake.h"
 #include "../../src/hooks.h"
+#include "../fake/fake_cuda.h"
 
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
 CUresult cuCtxSynchronize(void);
@@ -833,6 +836,49 @@ static int cmd_limits(void)
 	return 0;
 }
 
+/* Modules and libraries whose globals take 200 MiB, loaded by each entry point while 16 MiB
+ * are held (the reconciliation ran at that allocation): while one is loaded 200 MiB more do not
+ * fit a 256 MiB limit, once it is unloaded they do. */
+static int cmd_modules(void)
+{
+	static const char *const vias[] = { "data", "dataex", "fatbinary", "file", "library", "libraryfile" };
+	struct fake_module_image image = { FAKE_MODULE_MAGIC, 200 * MiB };
+	char path[] = "/tmp/vgpu_probe_module.XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0 || write(fd, &image, sizeof(image)) != (ssize_t)sizeof(image) || close(fd) != 0)
+		return 6;
+	setup();
+	CUdeviceptr held;
+	printf("alloc 16 MiB = %d\n", cuMemAlloc_v2(&held, 16 * MiB));
+	for (size_t i = 0; i < sizeof(vias) / sizeof(vias[0]); i++) {
+		const char *v = vias[i];
+		CUmodule mod = NULL;
+		CUlibrary lib = NULL;
+		CUresult r;
+		if (strcmp(v, "data") == 0)
+			r = cuModuleLoadData(&mod, &image);
+		else if (strcmp(v, "dataex") == 0)
+			r = cuModuleLoadDataEx(&mod, &image, 0, NULL, NULL);
+		else if (strcmp(v, "fatbinary") == 0)
+			r = cuModuleLoadFatBinary(&mod, &image);
+		else if (strcmp(v, "file") == 0)
+			r = cuModuleLoad(&mod, path);
+		else if (strcmp(v, "library") == 0)
+			r = cuLibraryLoadData(&lib, &image, NULL, NULL, 0, NULL, NULL, 0);
+		else
+			r = cuLibraryLoadFromFile(&lib, path, NULL, NULL, 0, NULL, NULL, 0);
+		printf("%s load = %d\n", v, r);
+		char when[64];
+		snprintf(when, sizeof(when), "%s loaded", v);
+		say_alloc(when, 200 * MiB);
+		printf("%s unload = %d\n", v, lib ? cuLibraryUnload(lib) : cuModuleUnload(mod));
+		snprintf(when, sizeof(when), "%s unloaded", v);
+		say_alloc(when, 200 * MiB);
+	}
+	unlink(path);
+	return 0;
+}
+
 static int cmd_stdin(void)
 {
 	setup();
@@ -1025,6 +1071,8 @@ int main(int argc, char **argv)
 		return cmd_arrays();
 	if (argc >= 2 && strcmp(argv[1], "limits") == 0)
 		return cmd_limits();
+	if (argc >= 2 && strcmp(argv[1], "modules") == 0)
+		return cmd_modules();
 	if (argc >= 2 && strcmp(argv[1], "graphs") == 0)
 		return cmd_graphs();
 	if (argc >= 3 && strcmp(argv[1], "wake") == 0)

@@ -75,6 +75,37 @@ expect "heap lowered: room again" "$out" "heap 1 MiB: alloc $limit_quarter MiB =
 expect "stack over the limit refused" "$out" "stack 64 KiB = 2"
 expect "stack lowered: room again" "$out" "stack 1 KiB: alloc $limit_quarter MiB = 0"
 
+echo "== virtual memory, graph memory nodes and module globals count (contract §9)"
+out=$(env "${vgpu_env[@]}" "$check" vmm $limit_mib; env "${vgpu_env[@]}" "$check" graphmem $limit_mib;
+	env "${vgpu_env[@]}" "$check" module $limit_mib)
+echo "$out"
+expect "VMM loop refused, not past the limit" "$out" "(within the limit)"
+expect "graph memory node over the limit refused" "$out" "graph of limit + 64 MiB = 2"
+expect "graph memory node within the limit" "$out" "graph of limit/2 = 0"
+expect "graph held: no room for limit/2 + 64 MiB more" "$out" "graph held: alloc $((limit_mib / 2 + 64)) MiB = 2"
+expect "graph destroyed: room again" "$out" "graph destroyed: alloc $limit_quarter MiB = 0"
+expect "module of limit/2 loaded" "$out" "module of limit/2 = 0"
+expect "module held: no room for limit/2 + 64 MiB more" "$out" "module held: alloc $((limit_mib / 2 + 64)) MiB = 2"
+expect "module unloaded: room again" "$out" "module unloaded: alloc $limit_quarter MiB = 0"
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	# PyTorch's expandable segments map physical memory into one range with the VMM API
+	out=$(env "${vgpu_env[@]}" PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 -c '
+import torch
+held = []
+try:
+    while True:
+        held.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+except torch.OutOfMemoryError:
+    pass
+print("expandable segments: %d MiB held at the refusal" % (64 * len(held)))' 2>&1 | tail -1)
+	echo "$out"
+	held=$(sed -n 's/.*: \([0-9]*\) MiB held.*/\1/p' <<<"$out")
+	if [ -n "$held" ] && [ "$held" -le "$limit_mib" ]; then echo "ok   PyTorch expandable segments held within the limit"
+	else echo "FAIL PyTorch expandable segments: '$out' for a limit of $limit_mib MiB"; fail=1; fi
+else
+	echo "SKIP PyTorch expandable segments: no torch with CUDA"
+fi
+
 echo "== refusal without the container's configuration"
 out=$(env "${vgpu_env[@]}" VGPU_TEST_ROOT=/nonexistent "$check" info $limit_mib 2>&1)
 expect "cuInit refused with a message" "$out" "refusing to run CUDA"

@@ -11,6 +11,13 @@
  *   counts <limit MiB>        a CUDA array (cudaMallocArray's driver call), the device heap and
  *                             stack (cuCtxSetLimit) against the limit: over it refused, within
  *                             it charged until destroyed or lowered (contract §9)
+ *   vmm <limit MiB>           the Programming Guide's virtual memory loop (create, map, release at
+ *                             once) until refused: what stays mapped is within the limit
+ *   graphmem <limit MiB>      a graph with a memory allocation node: over the limit its
+ *                             instantiation is refused, within it charged until the executable
+ *                             is destroyed
+ *   module <limit MiB>        a PTX module with a __device__ array of limit/2: while loaded,
+ *                             limit/2 more does not fit; unloaded, it does
  *   bypass <MiB> <seconds>    a tenant around the library (threat-model.md, "dlvsym-libc-dlsym"):
  *                             libc's own dlsym through dlvsym, the driver's cuMemAlloc_v2 from
  *                             it, MiB allocated past any limit and held; prints bypass_alloc=<rc>
@@ -25,8 +32,6 @@
 
 #include "../../src/cuda_api.h"
 #include "../../src/nvml_api.h"
-
-typedef struct CUmod_st *CUmodule;
 
 static const char ptx[] =
 	".version 6.0\n.target sm_50\n.address_size 64\n"
@@ -63,6 +68,20 @@ typedef CUresult cuLaunchKernel_t(CUfunction, unsigned, unsigned, unsigned, unsi
 typedef CUresult cuArrayCreate_v2_t(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
 typedef CUresult cuArrayDestroy_t(CUarray);
 typedef CUresult cuCtxSetLimit_t(CUlimit, size_t);
+typedef CUresult cuModuleUnload_t(CUmodule);
+typedef CUresult cuModuleGetGlobal_v2_t(CUdeviceptr *, size_t *, CUmodule, const char *);
+typedef CUresult cuMemAddressReserve_t(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+typedef CUresult cuMemAddressFree_t(CUdeviceptr, size_t);
+typedef CUresult cuMemCreate_t(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+typedef CUresult cuMemMap_t(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+typedef CUresult cuMemUnmap_t(CUdeviceptr, size_t);
+typedef CUresult cuMemRelease_t(CUmemGenericAllocationHandle);
+typedef CUresult cuGraphCreate_t(CUgraph *, unsigned);
+typedef CUresult cuGraphAddMemAllocNode_t(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+					  CUDA_MEM_ALLOC_NODE_PARAMS *);
+typedef CUresult cuGraphInstantiateWithFlags_t(CUgraphExec *, CUgraph, unsigned long long);
+typedef CUresult cuGraphExecDestroy_t(CUgraphExec);
+typedef CUresult cuGraphDestroy_t(CUgraph);
 typedef nvmlReturn_t nvmlInit_v2_t(void);
 typedef nvmlReturn_t nvmlDeviceGetHandleByIndex_v2_t(unsigned, nvmlDevice_t *);
 typedef nvmlReturn_t nvmlDeviceGetMemoryInfo_t(nvmlDevice_t, nvmlMemory_t *);
@@ -191,6 +210,80 @@ int main(int argc, char **argv)
 		printf("stack 64 KiB = %d (want 2)\n", set(CU_LIMIT_STACK_SIZE, 64 << 10)); /* x every resident thread */
 		printf("stack 1 KiB = %d (want 0)\n", set(CU_LIMIT_STACK_SIZE, 1 << 10));
 		TRY_ALLOC("stack 1 KiB", limit / 4);
+	} else if (strcmp(argv[1], "vmm") == 0) {
+		/* 2 MiB is every current GPU's VMM granularity; limit/8 per step */
+		size_t limit = (size_t)strtoull(argv[2], NULL, 10) << 20, step = (limit / 8 + (2 << 20) - 1) & ~(size_t)((2 << 20) - 1);
+		CUmemAllocationProp prop = { .type = 1, .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+		size_t mapped = 0;
+		CUdeviceptr va[64];
+		int n = 0;
+		for (; n < 64; n++) {
+			CUmemGenericAllocationHandle h;
+			if (SYM(cuda, cuMemAddressReserve)(&va[n], step, 0, 0, 0) != CUDA_SUCCESS)
+				break;
+			r = SYM(cuda, cuMemCreate)(&h, step, &prop, 0);
+			if (r != CUDA_SUCCESS) {
+				SYM(cuda, cuMemAddressFree)(va[n], step);
+				break;
+			}
+			if (SYM(cuda, cuMemMap)(va[n], step, 0, h, 0) != CUDA_SUCCESS)
+				return 4;
+			SYM(cuda, cuMemRelease)(h); /* as the guide does: the mapping keeps the memory */
+			mapped += step;
+		}
+		printf("vmm stopped by %d with %.0f MiB mapped (%s the limit)\n", r, (double)mapped / MiB,
+		       mapped <= limit ? "within" : "PAST");
+		for (int i = 0; i < n; i++) {
+			SYM(cuda, cuMemUnmap)(va[i], step);
+			SYM(cuda, cuMemAddressFree)(va[i], step);
+		}
+	} else if (strcmp(argv[1], "graphmem") == 0) {
+		size_t limit = (size_t)strtoull(argv[2], NULL, 10) << 20;
+		cuMemAlloc_v2_t *alloc = SYM(cuda, cuMemAlloc_v2);
+		cuMemFree_v2_t *release = SYM(cuda, cuMemFree_v2);
+		CUdeviceptr p;
+		const size_t sizes[] = { limit + (64 << 20), limit / 2 };
+		for (int i = 0; i < 2; i++) {
+			CUgraph g;
+			CUgraphNode node;
+			CUgraphExec exec;
+			CUDA_MEM_ALLOC_NODE_PARAMS np = { .poolProps = { .allocType = 1, .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } },
+							  .bytesize = sizes[i] };
+			if (SYM(cuda, cuGraphCreate)(&g, 0) != CUDA_SUCCESS ||
+			    SYM(cuda, cuGraphAddMemAllocNode)(&node, g, NULL, 0, &np) != CUDA_SUCCESS)
+				return 4;
+			r = SYM(cuda, cuGraphInstantiateWithFlags)(&exec, g, 0);
+			printf("graph of %s = %d\n", i == 0 ? "limit + 64 MiB" : "limit/2", r);
+			if (r == CUDA_SUCCESS) {
+				TRY_ALLOC("graph held", limit / 2 + (64 << 20));
+				printf("graph exec destroy = %d\n", SYM(cuda, cuGraphExecDestroy)(exec));
+				TRY_ALLOC("graph destroyed", limit / 4);
+			}
+			SYM(cuda, cuGraphDestroy)(g);
+		}
+	} else if (strcmp(argv[1], "module") == 0) {
+		size_t limit = (size_t)strtoull(argv[2], NULL, 10) << 20;
+		cuMemAlloc_v2_t *alloc = SYM(cuda, cuMemAlloc_v2);
+		cuMemFree_v2_t *release = SYM(cuda, cuMemFree_v2);
+		CUdeviceptr p, held, global;
+		size_t gbytes = 0;
+		if (alloc(&held, 16 << 20) != CUDA_SUCCESS) /* the reconciliation runs here */
+			return 4;
+		char text[512];
+		snprintf(text, sizeof(text), ".version 6.0\n.target sm_50\n.address_size 64\n"
+			 ".visible .global .align 8 .b8 big[%zu];\n", limit / 2);
+		CUmodule m;
+		r = SYM(cuda, cuModuleLoadData)(&m, text);
+		printf("module of limit/2 = %d\n", r);
+		if (r != CUDA_SUCCESS)
+			return 4;
+		/* with lazy loading the driver may take the array only now */
+		printf("module global = %d (%.0f MiB)\n", SYM(cuda, cuModuleGetGlobal_v2)(&global, &gbytes, m, "big"),
+		       (double)gbytes / MiB);
+		TRY_ALLOC("module held", limit / 2 + (64 << 20));
+		printf("module unload = %d\n", SYM(cuda, cuModuleUnload)(m));
+		TRY_ALLOC("module unloaded", limit / 4);
+		release(held);
 	} else if (strcmp(argv[1], "bypass") == 0 && argc == 4) {
 		typedef void *dlsym_t(void *, const char *);
 		void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);

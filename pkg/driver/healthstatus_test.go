@@ -91,6 +91,7 @@ func newHealthDriver(t *testing.T, api *fakeClaimAPI) *healthDriver {
 		deps.Claims, deps.Events, deps.Now = api, h.events, h.clock.now
 	})
 	h.healthRetry = time.Millisecond
+	h.status.settle = 0 // flush writes what is queued at once
 	h.healthNoticed = func(ev gpu.HealthEvent) { h.noticed <- ev }
 	h.StartPublishing(t.Context(), newFlakyPublisher(0), h.health)
 	return h

@@ -33,6 +33,12 @@ const (
 	statusRetryMax = 30 * time.Second
 	// statusMessageMax bounds a condition's message (the API allows 32 KiB).
 	statusMessageMax = 1024
+	// statusSettle: writes wait until no update was queued for this long, so that a burst of
+	// Prepares (a Job's pods, a node's restart) does not share the node's and the API server's
+	// CPU with server-side applies; an update waits at most statusSettleMax for the burst to
+	// end. A claim unprepared meanwhile is not written at all (forget).
+	statusSettle    = 20 * time.Millisecond
+	statusSettleMax = time.Second
 )
 
 // statusWriter writes the claims' device status (contract §3, "Claim device status") in the
@@ -47,13 +53,17 @@ type statusWriter struct {
 	metrics  *metrics.DRAMetrics
 	retryMin time.Duration
 	retryMax time.Duration
-	kick     chan struct{}
-	mu       sync.Mutex
-	pending  map[string]*statusUpdate // by claim UID
-	written  map[string][32]byte      // by claim UID: the last content written (times left out)
+	// settle and settleMax: statusSettle and statusSettleMax (0 in tests that write at once)
+	settle, settleMax time.Duration
+	kick              chan struct{}
+	mu                sync.Mutex
+	pending           map[string]*statusUpdate // by claim UID
+	written           map[string][32]byte      // by claim UID: the last content written (times left out)
 	// inflight are the claims (UIDs) whose write is under way: what lands may differ from
 	// written, so an update is not compared with it meanwhile.
 	inflight map[string]struct{}
+	// lastQueued is when enqueue last queued an update.
+	lastQueued time.Time
 	// processed, when set (tests), is called after each update was written, dropped or put
 	// back for a retry.
 	processed func()
@@ -65,6 +75,7 @@ type statusUpdate struct {
 	uid             types.UID
 	devices         []*resourceac.AllocatedDeviceStatusApplyConfiguration
 	digest          [32]byte
+	queued          time.Time // when the claim's first update still waiting was queued
 	attempts        int
 	notBefore       time.Time
 }
@@ -72,7 +83,8 @@ type statusUpdate struct {
 func newStatusWriter(api ClaimAPI, node string, now func() time.Time, m *metrics.DRAMetrics) *statusWriter {
 	return &statusWriter{
 		api: api, manager: contract.DeviceFieldManagerPrefix + node, now: now, metrics: m,
-		retryMin: statusRetryMin, retryMax: statusRetryMax, kick: make(chan struct{}, 1),
+		retryMin: statusRetryMin, retryMax: statusRetryMax, settle: statusSettle, settleMax: statusSettleMax,
+		kick:    make(chan struct{}, 1),
 		pending: map[string]*statusUpdate{}, written: map[string][32]byte{}, inflight: map[string]struct{}{},
 	}
 }
@@ -92,7 +104,13 @@ func (w *statusWriter) enqueue(claim *resourceapi.ResourceClaim, devices []*reso
 			return // already there: a repeated Prepare of a claim costs no write
 		}
 	}
-	w.pending[uid] = &statusUpdate{namespace: claim.Namespace, name: claim.Name, uid: claim.UID, devices: devices, digest: digest}
+	now := w.now()
+	queued := now
+	if older, ok := w.pending[uid]; ok {
+		queued = older.queued // a newer update of the claim does not wait longer than the first
+	}
+	w.pending[uid] = &statusUpdate{namespace: claim.Namespace, name: claim.Name, uid: claim.UID, devices: devices, digest: digest, queued: queued}
+	w.lastQueued = now
 	w.mu.Unlock()
 	select {
 	case w.kick <- struct{}{}:
@@ -143,13 +161,18 @@ func (w *statusWriter) writeDue(ctx context.Context, logger klog.Logger) time.Ti
 		var next time.Time
 		var due *statusUpdate
 		w.mu.Lock()
+		settled := w.lastQueued.Add(w.settle)
 		for _, u := range w.pending {
-			if !u.notBefore.After(now) {
+			at := u.notBefore
+			if now.Before(settled) { // a burst is under way: wait for its end, or settleMax
+				at = later(at, earlier(settled, u.queued.Add(w.settleMax)))
+			}
+			if !at.After(now) {
 				due = u
 				break
 			}
-			if next.IsZero() || u.notBefore.Before(next) {
-				next = u.notBefore
+			if next.IsZero() || at.Before(next) {
+				next = at
 			}
 		}
 		if due != nil {
@@ -170,6 +193,20 @@ func (w *statusWriter) writeDue(ctx context.Context, logger klog.Logger) time.Ti
 			w.processed()
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // landed ends the update's write: later updates of the claim compare with written again.

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -218,6 +219,7 @@ func TestDeviceStatusNotWrittenAfterUnprepare(t *testing.T) {
 func TestDeviceStatusBackToAnEarlierContent(t *testing.T) {
 	api := newFakeClaimAPI()
 	w := newStatusWriter(api, "node-1", time.Now, newTestDriver(t).dra)
+	w.settle = 0
 	claim := apiClaim("share", uidClaimA, result("gpu", "gpu-1", "10Gi", "30"))
 	status := func(healthy metav1.ConditionStatus) []*resourceac.AllocatedDeviceStatusApplyConfiguration {
 		return []*resourceac.AllocatedDeviceStatusApplyConfiguration{deviceStatus(contract.DefaultDriverName, "node-1", "gpu-1", shareA).
@@ -251,5 +253,78 @@ func TestDeviceStatusBackToAnEarlierContent(t *testing.T) {
 	last := applied[len(applied)-1].Status.Devices[0].Conditions[0]
 	if len(applied) != 3 || *last.Status != metav1.ConditionTrue {
 		t.Errorf("%d writes, the last Healthy=%s; want 3, the last True", len(applied), *last.Status)
+	}
+}
+
+// TestDeviceStatusWaitsForTheBurst: writes wait until no update was queued for the settle time,
+// so a burst of Prepares is not slowed by the applies; an update never waits longer than
+// settleMax for a burst that does not end, and a claim unprepared meanwhile is not written.
+func TestDeviceStatusWaitsForTheBurst(t *testing.T) {
+	api := newFakeClaimAPI()
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	now := t0
+	w := newStatusWriter(api, "node-1", func() time.Time { return now }, newTestDriver(t).dra)
+	status := []*resourceac.AllocatedDeviceStatusApplyConfiguration{deviceStatus(contract.DefaultDriverName, "node-1", "gpu-1", shareA)}
+	claim := func(i int) *resourceapi.ResourceClaim {
+		return apiClaim(fmt.Sprintf("share-%d", i), fmt.Sprintf("c1a10000-0000-4000-8000-%012d", i), result("gpu", "gpu-1", "1Gi", "1"))
+	}
+	writes := func() int {
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		return len(api.applied)
+	}
+	at := func(d time.Duration) time.Time {
+		now = t0.Add(d)
+		return w.writeDue(t.Context(), klog.Background())
+	}
+
+	w.enqueue(claim(1), status)
+	if next := at(5 * time.Millisecond); writes() != 0 || !next.Equal(t0.Add(statusSettle)) {
+		t.Fatalf("5 ms after an update: %d writes, next at %v; want none until %v", writes(), next.Sub(t0), statusSettle)
+	}
+	now = t0.Add(10 * time.Millisecond)
+	w.enqueue(claim(2), status)
+	if next := at(25 * time.Millisecond); writes() != 0 || !next.Equal(t0.Add(10*time.Millisecond+statusSettle)) {
+		t.Fatalf("a second update 10 ms in: %d writes at 25 ms, next at %v; want none until %v", writes(), next.Sub(t0), 10*time.Millisecond+statusSettle)
+	}
+	if at(30*time.Millisecond); writes() != 2 {
+		t.Fatalf("the burst settled: %d writes, want 2", writes())
+	}
+
+	// A burst that does not end: an update every 10 ms for 2 s. The first is written at
+	// settleMax after it was queued, each later one at most settleMax after its own.
+	start := 40 * time.Millisecond
+	now = t0.Add(start)
+	w.enqueue(claim(100), status)
+	var firstAt time.Duration
+	for i := 1; i <= 200; i++ {
+		d := start + time.Duration(i)*10*time.Millisecond
+		now = t0.Add(d)
+		w.enqueue(claim(100+i), status)
+		before := writes()
+		at(d)
+		if writes() > before && firstAt == 0 {
+			firstAt = d - start
+		}
+	}
+	if firstAt != statusSettleMax {
+		t.Errorf("in a burst that does not end the first update was written %v after it was queued, want %v", firstAt, statusSettleMax)
+	}
+	if got, want := writes(), 2+200-int(statusSettleMax/(10*time.Millisecond))+1; got != want {
+		t.Errorf("%d writes during the burst, want %d (every update queued at least settleMax before)", got, want)
+	}
+
+	// Unprepared before the burst ended: never written.
+	now = t0.Add(5 * time.Second)
+	gone := claim(999)
+	w.enqueue(gone, status)
+	w.forget(string(gone.UID))
+	at(10 * time.Second)
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	for _, a := range api.applied {
+		if *a.Name == gone.Name {
+			t.Errorf("the status of a claim unprepared before it was written was written")
+		}
 	}
 }

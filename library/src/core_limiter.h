@@ -12,7 +12,7 @@
 #include "runtime.h"
 
 #define VGPU_CORE_CONTROL_NS 100000000ull /* controller period */
-#define VGPU_GRAPH_LAUNCH_COST 1024u      /* blocks charged for a graph launch (its size is opaque) */
+#define VGPU_GRAPH_LAUNCH_COST 1024u      /* a graph launch whose executable was never counted */
 #define VGPU_ALLOWANCE_CHECK_NS 5000000ull /* the launch path looks at cores.allowance at most this often */
 
 CUresult vgpu_core_gate_slow(uint64_t blocks, int gate);

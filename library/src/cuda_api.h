@@ -44,6 +44,7 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUkern_st *CUkernel;
 
 /* CUDA arrays' descriptors (cuArrayCreate, cuArray3DCreate, cuMipmappedArrayCreate): the
  * _v2 entry points take size_t extents, the unversioned ones unsigned int. Format codes are
@@ -131,6 +132,26 @@ typedef struct {
 	CUgraphNode hErrNode_out;
 	int result_out;
 } CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+/* Graph nodes' types (cuGraphNodeGetType), those the launch cost looks at. */
+typedef int CUgraphNodeType;
+enum {
+	CU_GRAPH_NODE_TYPE_KERNEL = 0, CU_GRAPH_NODE_TYPE_MEMCPY = 1, CU_GRAPH_NODE_TYPE_MEMSET = 2,
+	CU_GRAPH_NODE_TYPE_HOST = 3, CU_GRAPH_NODE_TYPE_GRAPH = 4, CU_GRAPH_NODE_TYPE_EMPTY = 5,
+	CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+};
+/* A kernel node's parameters, the _v2 layout (CUDA 12.0): the original one is its prefix, up
+ * to extra. Only the grid dimensions are read. */
+typedef struct {
+	CUfunction func;
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+	CUkernel kern;
+	CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS;
 
 /* cuLaunchKernelEx's configuration: only the grid dimensions are read. */
 typedef struct {

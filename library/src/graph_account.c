@@ -5,12 +5,19 @@
 
 #include "spinlock.h"
 
-/* Two unordered arrays, searched linearly: a process holds few graphs and executables, and
- * every call that reads them is a graph's construction or instantiation, never a launch. */
+/* Unordered arrays, searched linearly: a process holds few graphs and executables. Nodes and
+ * charges are read only by a graph's construction, instantiation and destruction; the costs
+ * by graph launches too, and only when a core limit applies (hooks_launch.c). */
 static struct vgpu_graph_node *nodes;
 static size_t nnodes, capnodes;
 static struct vgpu_graph_exec *execs;
 static size_t nexecs, capexecs;
+struct graph_cost {
+	CUgraphExec exec;
+	uint64_t blocks;
+};
+static struct graph_cost *costs;
+static size_t ncosts, capcosts;
 static vgpu_spinlock lock = VGPU_SPINLOCK_INIT;
 
 static int reserve(void **arr, size_t *cap, size_t n, size_t size)
@@ -149,9 +156,53 @@ int vgpu_graph_exec_take(CUgraphExec exec, struct vgpu_graph_exec *out, int max)
 	return n;
 }
 
+int vgpu_graph_cost_set(CUgraphExec exec, uint64_t blocks)
+{
+	int rc = 0;
+	vgpu_spin_lock(&lock);
+	size_t i = 0;
+	while (i < ncosts && costs[i].exec != exec)
+		i++;
+	if (i == ncosts && reserve((void **)&costs, &capcosts, ncosts, sizeof(*costs)) != 0)
+		rc = -1;
+	else if (i == ncosts)
+		ncosts++;
+	if (rc == 0)
+		costs[i] = (struct graph_cost){ exec, blocks };
+	vgpu_spin_unlock(&lock);
+	return rc;
+}
+
+uint64_t vgpu_graph_launch_cost(CUgraphExec exec, uint64_t fallback)
+{
+	uint64_t blocks = fallback;
+	vgpu_spin_lock(&lock);
+	for (size_t i = 0; i < ncosts; i++) {
+		if (costs[i].exec == exec) {
+			blocks = costs[i].blocks == 0 ? 1 : costs[i].blocks;
+			break;
+		}
+	}
+	vgpu_spin_unlock(&lock);
+	return blocks;
+}
+
+void vgpu_graph_cost_forget(CUgraphExec exec)
+{
+	vgpu_spin_lock(&lock);
+	for (size_t i = 0; i < ncosts; i++) {
+		if (costs[i].exec == exec) {
+			costs[i] = costs[--ncosts];
+			break;
+		}
+	}
+	vgpu_spin_unlock(&lock);
+}
+
 void vgpu_graph_reset(void)
 {
 	vgpu_spin_reset(&lock);
 	nnodes = 0;
 	nexecs = 0;
+	ncosts = 0;
 }

@@ -1,6 +1,7 @@
 /* The memory of CUDA graphs' allocation nodes: a record of every graph's allocation nodes
  * (graph, node, device, bytes), kept as the application adds, clones and destroys them, and
- * of what each executable graph was charged when it was instantiated (hooks_graph.c). */
+ * of what each executable graph was charged when it was instantiated (hooks_graph.c), and
+ * the blocks each executable's launch is charged to the core limiter. */
 #ifndef VGPU_GRAPH_ACCOUNT_H
 #define VGPU_GRAPH_ACCOUNT_H
 
@@ -38,6 +39,14 @@ int vgpu_graph_bytes(CUgraph graph, int *ordinals, uint64_t *bytes, int max);
 int vgpu_graph_exec_add(const struct vgpu_graph_exec *e);
 /* Takes the charges of exec out, up to max: their count. */
 int vgpu_graph_exec_take(CUgraphExec exec, struct vgpu_graph_exec *out, int max);
+
+/* The core-limit cost of an executable graph's launch, in blocks (graph_blocks.h), recorded
+ * at its instantiation. Set replaces what a handle the driver hands out again had: -1 when
+ * out of memory (the executable then stays unknown). */
+int vgpu_graph_cost_set(CUgraphExec exec, uint64_t blocks);
+/* What a launch of exec costs: its recorded blocks, at least 1; fallback when it is unknown. */
+uint64_t vgpu_graph_launch_cost(CUgraphExec exec, uint64_t fallback);
+void vgpu_graph_cost_forget(CUgraphExec exec);
 
 /* Forked child: the parent's graphs are not the child's. */
 void vgpu_graph_reset(void);

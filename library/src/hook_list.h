@@ -112,7 +112,12 @@
 	X(cuEventRecord)       \
 	X(cuEventQuery)        \
 	X(cuEventDestroy_v2)   \
-	X(cuGraphNodeFindInClone)
+	X(cuGraphNodeFindInClone) \
+	X(cuGraphGetNodes)        \
+	X(cuGraphNodeGetType)     \
+	X(cuGraphKernelNodeGetParams) \
+	X(cuGraphKernelNodeGetParams_v2) \
+	X(cuGraphChildGraphNodeGetGraph)
 
 #define VGPU_NVML_USED(X)                     \
 	X(nvmlDeviceGetHandleByUUID)          \

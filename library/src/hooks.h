@@ -150,6 +150,11 @@ CUresult cuEventRecord(CUevent event, CUstream stream);
 CUresult cuEventQuery(CUevent event);
 CUresult cuEventDestroy_v2(CUevent event);
 CUresult cuGraphNodeFindInClone(CUgraphNode *clone_node, CUgraphNode original_node, CUgraph clone);
+CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *count);
+CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type);
+CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *params);
+CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *params);
+CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph *graph);
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
 

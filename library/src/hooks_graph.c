@@ -14,10 +14,20 @@
  * and each live executable keeps its charge because its next launch takes its memory again.
  * Physical memory the driver shares between the executables of different graphs is charged
  * to each: an upper bound. Memory a graph allocates and does not free stays
- * allocated after cuGraphExecDestroy; from then on only the NVML reconciliation sees it. */
+ * allocated after cuGraphExecDestroy; from then on only the NVML reconciliation sees it.
+ *
+ * Each successful instantiation also counts the blocks of the graph's kernels, walking the
+ * graph and its child graphs with the driver's queries (graph_blocks.h); every launch of the
+ * executable is charged them (hooks_launch.c) until cuGraphExecDestroy forgets them. An
+ * executable instantiated by a route the library does not see, or whose walk failed, is
+ * charged VGPU_GRAPH_LAUNCH_COST. Known limit: cuGraphExecKernelNodeSetParams,
+ * cuGraphExecUpdate and cuGraphExecChildGraphNodeSetParams change an executable's grids
+ * without a new count; the executable keeps the count of the graph it was instantiated from. */
 #include <stdlib.h>
 
+#include "core_limiter.h"
 #include "graph_account.h"
+#include "graph_blocks.h"
 #include "hook_table.h"
 #include "hooks.h"
 #include "log.h"
@@ -151,6 +161,34 @@ static void charge_end(const struct graph_charge *c, CUresult r, CUgraphExec *ex
 	}
 }
 
+static CUresult kernel_params(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *params)
+{
+	/* the _v2 layout from CUDA 12.0; an older driver's original one fills its prefix */
+	__typeof__(&cuGraphKernelNodeGetParams_v2) v2 = USED(cuGraphKernelNodeGetParams_v2);
+	if (v2 != NULL)
+		return v2(node, params);
+	__typeof__(&cuGraphKernelNodeGetParams) v1 = USED(cuGraphKernelNodeGetParams);
+	return v1 != NULL ? v1(node, params) : CUDA_ERROR_NOT_FOUND;
+}
+
+/* The launch cost of a new executable: its graph's blocks, or nothing known (the fallback). */
+static void count_blocks(CUresult r, CUgraph graph, CUgraphExec *exec)
+{
+	if (r != CUDA_SUCCESS || exec == NULL)
+		return;
+	struct vgpu_graph_queries q = {
+		.get_nodes = USED(cuGraphGetNodes),
+		.node_type = USED(cuGraphNodeGetType),
+		.kernel_params = kernel_params,
+		.child_graph = USED(cuGraphChildGraphNodeGetGraph),
+	};
+	uint64_t blocks;
+	if (vgpu_graph_count_blocks(&q, graph, &blocks) == 0 && vgpu_graph_cost_set(*exec, blocks) == 0)
+		return;
+	vgpu_log_debug("could not count a graph's kernels: its launches cost %u blocks", VGPU_GRAPH_LAUNCH_COST);
+	vgpu_graph_cost_forget(*exec); /* what a handle handed out again had is not this graph's */
+}
+
 #define INSTANTIATE_HOOK(name, args, ...)                  \
 	CUresult name args                                 \
 	{                                                  \
@@ -161,6 +199,7 @@ static void charge_end(const struct graph_charge *c, CUresult r, CUgraphExec *ex
 			return r;                          \
 		r = real(__VA_ARGS__);                     \
 		charge_end(&c, r, exec);                   \
+		count_blocks(r, graph, exec);              \
 		return r;                                  \
 	}
 
@@ -183,6 +222,8 @@ CUresult cuGraphExecDestroy(CUgraphExec exec)
 	struct vgpu_graph_exec held[GRAPH_MAX_DEVICES];
 	int n = vgpu_graph_exec_take(exec, held, GRAPH_MAX_DEVICES);
 	CUresult r = real(exec);
+	if (r == CUDA_SUCCESS)
+		vgpu_graph_cost_forget(exec);
 	for (int i = 0; i < n; i++) {
 		if (r == CUDA_SUCCESS)
 			vgpu_mem_credit(held[i].index, held[i].bytes);

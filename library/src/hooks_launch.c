@@ -1,5 +1,6 @@
 /* Kernel launch hooks: each launch passes the core-limit gate, charged its block count. */
 #include "core_limiter.h"
+#include "graph_account.h"
 #include "hook_table.h"
 #include "hooks.h"
 
@@ -91,14 +92,22 @@ COOP_HOOK(cuLaunchCooperativeKernel_ptsz)
 EX_HOOK(cuLaunchKernelEx)
 EX_HOOK(cuLaunchKernelEx_ptsz)
 
-#define GRAPH_HOOK(name)                                                     \
-	CUresult name(CUgraphExec exec, CUstream stream)                     \
-	{                                                                    \
-		REAL_OR_FAIL(real, name);                                    \
-		CUresult r = vgpu_core_gate(VGPU_GRAPH_LAUNCH_COST);         \
-		if (r != CUDA_SUCCESS)                                       \
-			return r;                                            \
-		return real(exec, stream);                                   \
+/* A graph launch costs the blocks of the executable's kernels, counted at its instantiation
+ * (hooks_graph.c), at least 1; an executable never counted, VGPU_GRAPH_LAUNCH_COST. The
+ * record is looked up only when a core limit may apply: with the gate open a graph launch is
+ * the same relaxed load as a kernel launch. */
+#define GRAPH_HOOK(name)                                                                     \
+	CUresult name(CUgraphExec exec, CUstream stream)                                     \
+	{                                                                                    \
+		REAL_OR_FAIL(real, name);                                                    \
+		int gate = atomic_load_explicit(&vgpu_rt.launch_gate, memory_order_relaxed); \
+		if (__builtin_expect(gate != VGPU_GATE_OPEN, 0)) {                           \
+			uint64_t blocks = vgpu_graph_launch_cost(exec, VGPU_GRAPH_LAUNCH_COST); \
+			CUresult r = vgpu_core_gate(blocks);                                 \
+			if (r != CUDA_SUCCESS)                                               \
+				return r;                                                    \
+		}                                                                            \
+		return real(exec, stream);                                                   \
 	}
 
 GRAPH_HOOK(cuGraphLaunch)

@@ -4,7 +4,7 @@
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
  *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm|asyncfree|
- *                 ledgerlock|truncate|wake|allowance|arrays|graphs|ctxlimits|modules|legacylaunch|nvmlneighbours> */
+ *                 ledgerlock|truncate|wake|allowance|arrays|graphs|ctxlimits|modules|legacylaunch|graphcost|nvmlneighbours> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -1168,6 +1168,44 @@ static void test_legacylaunch(void)
 	}
 }
 
+/* A graph launch is charged the blocks of its kernels (counted at instantiation), not a fixed
+ * cost: a graph of 10^5 kernels of 1,000 blocks (0.1 s of the fake GPU at 1 ns a block),
+ * launched back to back under a 30% core limit, is held to the limit from its second launch.
+ * Charged a fixed 1,024 blocks, its six launches would fit in the bucket's first 10,000
+ * tokens and keep the GPU busy all along. Flat, and inside a parent graph's child graph node. */
+static void test_graphcost(void)
+{
+	static const char *shapes[] = { "flat", "child" };
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+		struct root r;
+		root_setup_config(&r, "OK", CFG_NRI CFG_GPU0(268435456, 30));
+		struct run res;
+		const char *env[] = { "CUDA_CORE_LIMIT_0=30", "FAKE_NS_PER_BLOCK=250", NULL };
+		run(&r, LIBVGPU_TEST, PROBE("graphlaunch", "100000", "4", "6", (char *)shapes[i]), env, &res);
+		struct fake_state *fs = map_fake(&r);
+		double elapsed = 0;
+		char *at = strstr(res.out, "elapsed=");
+		if (at)
+			elapsed = atof(at + 8);
+		CHECK(res.status == 0 && fs && elapsed > 0, "%s: %d %s %s", shapes[i], res.status, res.out, res.err);
+		CHECK_STR_CONTAINS(res.out, "exec destroy = 0");
+		if (fs && elapsed > 0) {
+			double busy_s = (double)fs->busy_total_ns[0] / 1e9;
+			double util = 100.0 * busy_s / elapsed;
+			printf("graphcost %s: limit 30%%, fake GPU busy %.2f s over %.2f s of launches = %.1f%% (informational)\n",
+			       shapes[i], busy_s, elapsed, util);
+			/* six launches of 10^8 blocks (the child shape: one block more) */
+			CHECK(fs->busy_total_ns[0] >= 600000000ull, "%s: the fake GPU ran %.2f s, not the graph's six launches",
+			      shapes[i], busy_s);
+			CHECK(util < 80, "%s: a 30%% core limit left the GPU %.0f%% busy: graph launches were not throttled",
+			      shapes[i], util);
+		}
+		if (fs)
+			munmap(fs, sizeof(*fs));
+		root_teardown(&r);
+	}
+}
+
 /* finish, but a program still running after limit_s is a hang: killed and reported. */
 static void finish_within(struct root *r, pid_t pid, const char *tag, int limit_s, struct run *res)
 {
@@ -1431,7 +1469,7 @@ int main(int argc, char **argv)
 		{ "vmm", test_vmm }, { "asyncfree", test_asyncfree },
 		{ "ledgerlock", test_ledgerlock }, { "truncate", test_truncate }, { "wake", test_wake },
 		{ "allowance", test_allowance }, { "arrays", test_arrays }, { "graphs", test_graphs }, { "ctxlimits", test_ctxlimits }, { "modules", test_modules },
-		{ "legacylaunch", test_legacylaunch }, { "nvmlneighbours", test_nvmlneighbours },
+		{ "legacylaunch", test_legacylaunch }, { "graphcost", test_graphcost }, { "nvmlneighbours", test_nvmlneighbours },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

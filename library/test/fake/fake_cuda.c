@@ -538,7 +538,7 @@ static uint64_t ns_per_block(void)
 	return (uint64_t)v;
 }
 
-static CUresult launch(uint64_t blocks)
+CUresult fake_launch(uint64_t blocks)
 {
 	CUresult r = need_ctx();
 	if (r != CUDA_SUCCESS || ns_per_block() == 0)
@@ -565,11 +565,11 @@ static CUresult launch(uint64_t blocks)
 
 #define BLOCKS(gx, gy, gz) ((uint64_t)(gx) * (gy) * (gz))
 
-API CUresult cuLaunch(CUfunction f) { (void)f; return launch(1); }
+API CUresult cuLaunch(CUfunction f) { (void)f; return fake_launch(1); }
 API CUresult cuLaunchGrid(CUfunction f, int w, int h)
 {
 	(void)f;
-	return w > 0 && h > 0 ? launch(BLOCKS(w, h, 1)) : CUDA_ERROR_INVALID_VALUE;
+	return w > 0 && h > 0 ? fake_launch(BLOCKS(w, h, 1)) : CUDA_ERROR_INVALID_VALUE;
 }
 API CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream st) { (void)st; return cuLaunchGrid(f, w, h); }
 
@@ -577,7 +577,7 @@ API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 			    unsigned bz, unsigned sh, CUstream st, void **pa, void **ex)
 {
 	(void)f; (void)bx; (void)by; (void)bz; (void)sh; (void)st; (void)pa; (void)ex;
-	return launch(BLOCKS(gx, gy, gz));
+	return fake_launch(BLOCKS(gx, gy, gz));
 }
 API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 				 unsigned bz, unsigned sh, CUstream st, void **pa, void **ex)
@@ -597,14 +597,12 @@ API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned 
 API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **pa, void **ex)
 {
 	(void)f; (void)pa; (void)ex;
-	return c ? launch(BLOCKS(c->gridDimX, c->gridDimY, c->gridDimZ)) : CUDA_ERROR_INVALID_VALUE;
+	return c ? fake_launch(BLOCKS(c->gridDimX, c->gridDimY, c->gridDimZ)) : CUDA_ERROR_INVALID_VALUE;
 }
 API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **pa, void **ex)
 {
 	return cuLaunchKernelEx(c, f, pa, ex);
 }
-API CUresult cuGraphLaunch(CUgraphExec g, CUstream st) { (void)g; (void)st; return launch(1024); }
-API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream st) { (void)g; (void)st; return launch(1024); }
 
 /* Baselines for the benchmark: the same functions under names libvgpu does not hook. */
 API CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -700,6 +698,14 @@ static const struct proc_entry proc_table[] = {
 	E(cuGraphDestroy, cuGraphDestroy, 10000, 0),
 	E(cuGraphClone, cuGraphClone, 10000, 0),
 	E(cuGraphNodeFindInClone, cuGraphNodeFindInClone, 10000, 0),
+	E(cuGraphAddKernelNode, cuGraphAddKernelNode, 10000, 0),
+	E(cuGraphAddKernelNode, cuGraphAddKernelNode_v2, 12000, 0),
+	E(cuGraphAddChildGraphNode, cuGraphAddChildGraphNode, 10000, 0),
+	E(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000, 0),
+	E(cuGraphGetNodes, cuGraphGetNodes, 10000, 0),
+	E(cuGraphNodeGetType, cuGraphNodeGetType, 10000, 0),
+	E(cuGraphKernelNodeGetParams, cuGraphKernelNodeGetParams, 10000, 0),
+	E(cuGraphKernelNodeGetParams, cuGraphKernelNodeGetParams_v2, 12000, 0),
 	/* the base name means cuGraphInstantiateWithFlags's three arguments from CUDA 12.0 */
 	E(cuGraphInstantiate, cuGraphInstantiate, 10000, 0),
 	E(cuGraphInstantiate, cuGraphInstantiate_v2, 11000, 0),

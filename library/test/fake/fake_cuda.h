@@ -44,6 +44,9 @@ struct fake_module_image {
 /* The allocation recorded under key, or NULL. */
 struct fake_alloc *fake_alloc_find(uint64_t key);
 
+/* Occupies the current device for blocks * FAKE_NS_PER_BLOCK ns, as a kernel launch does. */
+CUresult fake_launch(uint64_t blocks);
+
 /* VMM entry points (fake_vmm.c), for cuGetProcAddress's table. */
 API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
 		     unsigned long long flags);
@@ -86,5 +89,18 @@ API CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph, CUDA
 API CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *exec, CUgraph graph,
 					       CUDA_GRAPH_INSTANTIATE_PARAMS *params);
 API CUresult cuGraphExecDestroy(CUgraphExec exec);
+API CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+				  const CUDA_KERNEL_NODE_PARAMS *params);
+API CUresult cuGraphAddKernelNode_v2(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+				     const CUDA_KERNEL_NODE_PARAMS *params);
+API CUresult cuGraphAddChildGraphNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+				      CUgraph child);
+API CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph *graph);
+API CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *count);
+API CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type);
+API CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *params);
+API CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *params);
+API CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
+API CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream);
 
 #endif

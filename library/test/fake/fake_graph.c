@@ -1,23 +1,32 @@
-/* TEST DOUBLE: CUDA graphs with memory allocation nodes, as far as their memory goes. A node
- * holds no memory of its own; instantiating a graph takes its allocation nodes' memory on
- * their devices, and it stays taken until the executable graph is destroyed, like the
- * driver's graph memory pool (launches and free nodes do not give it back to the device).
+/* TEST DOUBLE: CUDA graphs with memory allocation nodes, kernel nodes and child graph nodes.
+ * An allocation node holds no memory of its own; instantiating a graph takes its allocation
+ * nodes' memory on their devices, and it stays taken until the executable graph is destroyed,
+ * like the driver's graph memory pool (launches and free nodes do not give it back to the
+ * device). A child graph node holds a copy of the graph it was given, as the driver's does. A
+ * launch of an executable occupies the fake GPU for the blocks of its kernels, child graphs'
+ * included, as that many blocks of cuLaunchKernel would (fake_launch).
  * Handles are slots of fixed tables, the lowest free one handed out first: a destroyed
  * graph's or node's handle comes back for the next one, as a driver may hand it out again. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "fake_cuda.h"
 
 #define FAKE_GRAPHS 64
-#define FAKE_NODES 256
+#define FAKE_NODES (1 << 18) /* graphs of 10^5 kernels, and a copy of one as a child graph */
 #define FAKE_EXECS 64
 #define FAKE_EXEC_ALLOCS 16
 
 struct fake_graph { int used; };
-struct fake_node { int used, graph, dev, orig; uint64_t bytes; };
-struct fake_exec { int used, n; uint64_t keys[FAKE_EXEC_ALLOCS]; };
+struct fake_node {
+	int used, graph, type, dev, orig;
+	int child;         /* CU_GRAPH_NODE_TYPE_GRAPH: the slot of the node's own copy */
+	unsigned grid[3];  /* CU_GRAPH_NODE_TYPE_KERNEL */
+	uint64_t bytes;    /* CU_GRAPH_NODE_TYPE_MEM_ALLOC */
+};
+struct fake_exec { int used, n; uint64_t blocks; uint64_t keys[FAKE_EXEC_ALLOCS]; };
 
 static struct fake_graph graphs[FAKE_GRAPHS];
 static struct fake_node nodes[FAKE_NODES];
@@ -61,14 +70,76 @@ static int new_graph(void)
 	return -1;
 }
 
-static int new_node(int graph, int dev, uint64_t bytes, int orig)
+static int free_hint; /* no free node slot below it */
+
+static int new_node(const struct fake_node *n, int graph, int orig)
 {
-	for (int i = 0; i < FAKE_NODES; i++)
+	for (int i = free_hint; i < FAKE_NODES; i++)
 		if (!nodes[i].used) {
-			nodes[i] = (struct fake_node){ 1, graph, dev, orig, bytes };
+			nodes[i] = *n;
+			nodes[i].used = 1;
+			nodes[i].graph = graph;
+			nodes[i].orig = orig;
+			free_hint = i + 1;
 			return i;
 		}
 	return -1;
+}
+
+static void free_node(int i)
+{
+	nodes[i].used = 0;
+	if (i < free_hint)
+		free_hint = i;
+}
+
+/* Destroys graph g, its nodes and its child graph nodes' copies. */
+static void destroy_graph(int g)
+{
+	graphs[g].used = 0;
+	for (int i = 0; i < FAKE_NODES; i++)
+		if (nodes[i].used && nodes[i].graph == g) {
+			if (nodes[i].type == CU_GRAPH_NODE_TYPE_GRAPH)
+				destroy_graph(nodes[i].child);
+			free_node(i);
+		}
+}
+
+/* A copy of graph o (its child graphs copied too): the new slot, -1 when out of slots. Each
+ * node of the copy remembers its original (orig) for cuGraphNodeFindInClone. */
+static int clone_graph(int o)
+{
+	int c = new_graph();
+	for (int i = 0; c >= 0 && i < FAKE_NODES; i++) {
+		if (!nodes[i].used || nodes[i].graph != o)
+			continue;
+		struct fake_node n = nodes[i];
+		if (n.type == CU_GRAPH_NODE_TYPE_GRAPH && (n.child = clone_graph(n.child)) < 0) {
+			destroy_graph(c);
+			return -1;
+		}
+		if (new_node(&n, c, i) < 0) {
+			if (n.type == CU_GRAPH_NODE_TYPE_GRAPH)
+				destroy_graph(n.child);
+			destroy_graph(c);
+			return -1;
+		}
+	}
+	return c;
+}
+
+static uint64_t graph_blocks(int g)
+{
+	uint64_t sum = 0;
+	for (int i = 0; i < FAKE_NODES; i++) {
+		if (!nodes[i].used || nodes[i].graph != g)
+			continue;
+		if (nodes[i].type == CU_GRAPH_NODE_TYPE_KERNEL)
+			sum += (uint64_t)nodes[i].grid[0] * nodes[i].grid[1] * nodes[i].grid[2];
+		else if (nodes[i].type == CU_GRAPH_NODE_TYPE_GRAPH)
+			sum += graph_blocks(nodes[i].child);
+	}
+	return sum;
 }
 
 API CUresult cuGraphCreate(CUgraph *graph, unsigned int flags)
@@ -100,7 +171,8 @@ API CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgr
 		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&mu);
 	int g = graph_slot(graph), n = -1;
-	if (g >= 0 && (n = new_node(g, dev, params->bytesize, -1)) >= 0) {
+	struct fake_node a = { .type = CU_GRAPH_NODE_TYPE_MEM_ALLOC, .dev = dev, .bytes = params->bytesize };
+	if (g >= 0 && (n = new_node(&a, g, -1)) >= 0) {
 		*node = (CUgraphNode)&nodes[n];
 		params->dptr = 0x7e0000000000ull + ((uint64_t)n << 32); /* an address no allocation has */
 	}
@@ -112,8 +184,11 @@ API CUresult cuGraphDestroyNode(CUgraphNode node)
 {
 	pthread_mutex_lock(&mu);
 	int n = node_slot(node);
-	if (n >= 0)
-		nodes[n].used = 0;
+	if (n >= 0) {
+		if (nodes[n].type == CU_GRAPH_NODE_TYPE_GRAPH)
+			destroy_graph(nodes[n].child);
+		free_node(n);
+	}
 	pthread_mutex_unlock(&mu);
 	return n >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -122,12 +197,8 @@ API CUresult cuGraphDestroy(CUgraph graph)
 {
 	pthread_mutex_lock(&mu);
 	int g = graph_slot(graph);
-	if (g >= 0) {
-		graphs[g].used = 0;
-		for (int i = 0; i < FAKE_NODES; i++)
-			if (nodes[i].used && nodes[i].graph == g)
-				nodes[i].used = 0;
-	}
+	if (g >= 0)
+		destroy_graph(g);
 	pthread_mutex_unlock(&mu);
 	return g >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -138,22 +209,13 @@ API CUresult cuGraphClone(CUgraph *clone, CUgraph original)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&mu);
 	CUresult r = CUDA_SUCCESS;
-	int o = graph_slot(original), c = o >= 0 ? new_graph() : -1;
+	int o = graph_slot(original), c = o >= 0 ? clone_graph(o) : -1;
 	if (o < 0)
 		r = CUDA_ERROR_INVALID_VALUE;
 	else if (c < 0)
 		r = CUDA_ERROR_OUT_OF_MEMORY;
-	for (int i = 0; r == CUDA_SUCCESS && i < FAKE_NODES; i++)
-		if (nodes[i].used && nodes[i].graph == o && new_node(c, nodes[i].dev, nodes[i].bytes, i) < 0)
-			r = CUDA_ERROR_OUT_OF_MEMORY;
-	if (r == CUDA_SUCCESS) {
+	else
 		*clone = (CUgraph)&graphs[c];
-	} else if (c >= 0) {
-		graphs[c].used = 0;
-		for (int i = 0; i < FAKE_NODES; i++)
-			if (nodes[i].used && nodes[i].graph == c)
-				nodes[i].used = 0;
-	}
 	pthread_mutex_unlock(&mu);
 	return r;
 }
@@ -185,10 +247,10 @@ static CUresult instantiate(CUgraphExec *exec, CUgraph graph)
 		if (!execs[i].used)
 			e = i;
 	if (e >= 0) {
-		struct fake_exec x = { 1, 0, { 0 } };
+		struct fake_exec x = { 1, 0, graph_blocks(g), { 0 } };
 		r = CUDA_SUCCESS;
 		for (int i = 0; i < FAKE_NODES && r == CUDA_SUCCESS; i++) {
-			if (!nodes[i].used || nodes[i].graph != g)
+			if (!nodes[i].used || nodes[i].graph != g || nodes[i].type != CU_GRAPH_NODE_TYPE_MEM_ALLOC)
 				continue;
 			uint64_t key;
 			if (x.n == FAKE_EXEC_ALLOCS)
@@ -255,4 +317,144 @@ API CUresult cuGraphExecDestroy(CUgraphExec exec)
 	}
 	pthread_mutex_unlock(&mu);
 	return e >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* --- kernel and child graph nodes, the queries of a graph, launches -------------------------- */
+
+API CUresult cuGraphAddKernelNode_v2(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+				     const CUDA_KERNEL_NODE_PARAMS *params)
+{
+	(void)deps;
+	(void)ndeps;
+	if (node == NULL || params == NULL || params->gridDimX == 0 || params->gridDimY == 0 || params->gridDimZ == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fake_node k = { .type = CU_GRAPH_NODE_TYPE_KERNEL, .dev = -1,
+			       .grid = { params->gridDimX, params->gridDimY, params->gridDimZ } };
+	pthread_mutex_lock(&mu);
+	int g = graph_slot(graph), n = g >= 0 ? new_node(&k, g, -1) : -1;
+	if (n >= 0)
+		*node = (CUgraphNode)&nodes[n];
+	pthread_mutex_unlock(&mu);
+	return g < 0 ? CUDA_ERROR_INVALID_VALUE : n < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+/* The original layout is the _v2 one's prefix: the fake reads only the grid. */
+API CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+				  const CUDA_KERNEL_NODE_PARAMS *params)
+{
+	return cuGraphAddKernelNode_v2(node, graph, deps, ndeps, params);
+}
+
+API CUresult cuGraphAddChildGraphNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+				      CUgraph child)
+{
+	(void)deps;
+	(void)ndeps;
+	if (node == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	int g = graph_slot(graph), o = graph_slot(child), n = -1;
+	CUresult r = g < 0 || o < 0 || g == o ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+	struct fake_node c = { .type = CU_GRAPH_NODE_TYPE_GRAPH, .dev = -1 };
+	if (r == CUDA_ERROR_OUT_OF_MEMORY && (c.child = clone_graph(o)) >= 0) {
+		if ((n = new_node(&c, g, -1)) >= 0) {
+			*node = (CUgraphNode)&nodes[n];
+			r = CUDA_SUCCESS;
+		} else {
+			destroy_graph(c.child);
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+API CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph *graph)
+{
+	pthread_mutex_lock(&mu);
+	int n = node_slot(node);
+	int ok = n >= 0 && nodes[n].type == CU_GRAPH_NODE_TYPE_GRAPH && graph != NULL;
+	if (ok)
+		*graph = (CUgraph)&graphs[nodes[n].child];
+	pthread_mutex_unlock(&mu);
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode *out, size_t *count)
+{
+	if (count == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	int g = graph_slot(graph);
+	size_t k = 0;
+	for (int i = 0; g >= 0 && i < FAKE_NODES; i++) {
+		if (!nodes[i].used || nodes[i].graph != g)
+			continue;
+		if (out != NULL && k < *count)
+			out[k] = (CUgraphNode)&nodes[i];
+		k++;
+	}
+	/* with an array: how many it holds now (the driver's rule); without: how many there are */
+	if (out == NULL || k < *count)
+		*count = k;
+	pthread_mutex_unlock(&mu);
+	return g >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
+{
+	pthread_mutex_lock(&mu);
+	int n = node_slot(node);
+	if (n >= 0 && type != NULL)
+		*type = nodes[n].type;
+	pthread_mutex_unlock(&mu);
+	return n >= 0 && type != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult kernel_params(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *params, size_t size)
+{
+	pthread_mutex_lock(&mu);
+	int n = node_slot(node);
+	int ok = n >= 0 && nodes[n].type == CU_GRAPH_NODE_TYPE_KERNEL && params != NULL;
+	if (ok) {
+		CUDA_KERNEL_NODE_PARAMS p = { 0 };
+		p.gridDimX = nodes[n].grid[0];
+		p.gridDimY = nodes[n].grid[1];
+		p.gridDimZ = nodes[n].grid[2];
+		p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+		memcpy(params, &p, size); /* the original layout: the prefix only */
+	}
+	pthread_mutex_unlock(&mu);
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *params)
+{
+	return kernel_params(node, params, offsetof(CUDA_KERNEL_NODE_PARAMS, kern));
+}
+
+API CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *params)
+{
+	return kernel_params(node, params, sizeof(*params));
+}
+
+/* A launch of an unknown executable is refused, as the driver's is. */
+static CUresult graph_launch(CUgraphExec exec)
+{
+	pthread_mutex_lock(&mu);
+	int e = exec_slot(exec);
+	uint64_t blocks = e >= 0 ? execs[e].blocks : 0;
+	pthread_mutex_unlock(&mu);
+	return e >= 0 ? fake_launch(blocks) : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream)
+{
+	(void)stream;
+	return graph_launch(exec);
+}
+
+API CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream)
+{
+	(void)stream;
+	return graph_launch(exec);
 }

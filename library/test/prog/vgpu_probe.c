@@ -39,6 +39,9 @@
  *   launch <seconds> <blocks> [kernel|grid|gridasync|legacy]  launch kernels back to back
  *                        (core-limit measurement) through cuLaunchKernel (the default) or a
  *                        legacy entry point (cuLaunchGrid(blocks x 1), cuLaunchGridAsync, cuLaunch)
+ *   graphlaunch <nodes> <blocks> <launches> <flat|child>  a graph of <nodes> kernels of
+ *                        <blocks> blocks (child: inside a parent graph as a child graph node),
+ *                        launched <launches> times back to back (core-limit measurement)
  *   wake <root>          the wake signal (contract §16): whether <root>'s core.wake was written
  *                        at the first launch, during back-to-back launches, at a graph launch
  *                        after an idle spell
@@ -960,6 +963,10 @@ static int cmd_wake(const char *root)
 	char path[512];
 	snprintf(path, sizeof(path), "%s/tmp/.vgpu_lock/" VGPU_CORE_WAKE_NAME, root);
 	setup();
+	CUgraph g;
+	CUgraphExec idle_graph;
+	if (cuGraphCreate(&g, 0) != CUDA_SUCCESS || cuGraphInstantiateWithFlags(&idle_graph, g, 0) != CUDA_SUCCESS)
+		return 9;
 	uint64_t prev = now_ns();
 	if (launch_one() != 0)
 		return 8;
@@ -987,7 +994,7 @@ static int cmd_wake(const char *root)
 	}
 	wake_reset(path);
 	sleep_ns(2 * VGPU_WAKE_IDLE_NS);
-	printf("idle-graph %s\n", cuGraphLaunch(NULL, NULL) == CUDA_SUCCESS ? wake_state(path) : "failed");
+	printf("idle-graph %s\n", cuGraphLaunch(idle_graph, NULL) == CUDA_SUCCESS ? wake_state(path) : "failed");
 	return 0;
 }
 
@@ -1036,6 +1043,53 @@ static int cmd_follow(const char *root, const char *uuid, int pct)
 	return 0;
 }
 
+CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+			      const CUDA_KERNEL_NODE_PARAMS *params);
+CUresult cuGraphAddChildGraphNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+				  CUgraph child);
+
+/* A graph of <nodes> kernel nodes of <blocks> blocks each (child: held by a parent graph as
+ * its child graph node, beside one kernel of one block), instantiated, then launched
+ * <launches> times back to back. Prints the launches' wall time. */
+static int cmd_graphlaunch(unsigned long nodes, unsigned blocks, int launches, const char *shape)
+{
+	setup();
+	CUgraph g, parent;
+	CUgraphNode n;
+	CUDA_KERNEL_NODE_PARAMS k = { 0 };
+	k.gridDimX = blocks;
+	k.gridDimY = k.gridDimZ = 1;
+	k.blockDimX = 128;
+	k.blockDimY = k.blockDimZ = 1;
+	if (cuGraphCreate(&g, 0) != CUDA_SUCCESS)
+		return 7;
+	for (unsigned long i = 0; i < nodes; i++)
+		if (cuGraphAddKernelNode(&n, g, NULL, 0, &k) != CUDA_SUCCESS)
+			return 7;
+	if (strcmp(shape, "child") == 0) {
+		k.gridDimX = 1;
+		if (cuGraphCreate(&parent, 0) != CUDA_SUCCESS || cuGraphAddKernelNode(&n, parent, NULL, 0, &k) != CUDA_SUCCESS ||
+		    cuGraphAddChildGraphNode(&n, parent, NULL, 0, g) != CUDA_SUCCESS || cuGraphDestroy(g) != CUDA_SUCCESS)
+			return 7;
+		g = parent; /* the child node holds a copy of the graph */
+	}
+	CUgraphExec e;
+	CUresult r = cuGraphInstantiateWithFlags(&e, g, 0);
+	printf("instantiate = %d\n", r);
+	if (r != CUDA_SUCCESS)
+		return 7;
+	double start = now_s();
+	for (int i = 0; i < launches; i++) {
+		r = i % 2 ? cuGraphLaunch_ptsz(e, NULL) : cuGraphLaunch(e, NULL);
+		if (r != CUDA_SUCCESS)
+			return 8;
+	}
+	cuCtxSynchronize();
+	printf("graph launches=%d elapsed=%.3f\n", launches, now_s() - start);
+	printf("exec destroy = %d\n", cuGraphExecDestroy(e));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1067,6 +1121,8 @@ int main(int argc, char **argv)
 		return cmd_fill(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc >= 4 && strcmp(argv[1], "launch") == 0)
 		return cmd_launch(atof(argv[2]), (unsigned)atoi(argv[3]), argc >= 5 ? argv[4] : "kernel");
+	if (argc >= 6 && strcmp(argv[1], "graphlaunch") == 0)
+		return cmd_graphlaunch(strtoul(argv[2], NULL, 10), (unsigned)atoi(argv[3]), atoi(argv[4]), argv[5]);
 	if (argc >= 2 && strcmp(argv[1], "arrays") == 0)
 		return cmd_arrays();
 	if (argc >= 2 && strcmp(argv[1], "limits") == 0)
@@ -1079,6 +1135,6 @@ int main(int argc, char **argv)
 		return cmd_wake(argv[2]);
 	if (argc >= 5 && strcmp(argv[1], "follow") == 0)
 		return cmd_follow(argv[2], argv[3], atoi(argv[4]));
-	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|busy|nvmlviews|fork|fill|launch|arrays|graphs|limits|wake|follow|vmm|vmmrefs|asyncfree|stdin ...\n");
+	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|busy|nvmlviews|fork|fill|launch|graphlaunch|arrays|graphs|limits|wake|follow|vmm|vmmrefs|asyncfree|stdin ...\n");
 	return 2;
 }

@@ -12,10 +12,13 @@ export TMPDIR ?= /tmp
 
 all: build
 
-## build: compile every Go binary into _output/bin.
+## build: compile every Go binary into _output/bin, without the symbol table and DWARF (-s -w,
+## as Kubernetes builds its binaries: stack traces keep their names, and the plugin idles about
+## 6 MiB smaller, docs/performance.md).
+GO_LDFLAGS ?= -s -w
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -o $(BIN)/ ./cmd/...
+	$(GO) build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 ## test: unit and integration tests (Go, under the race detector) and the libvgpu.so suite
 ## (CTest), plain and under AddressSanitizer/UndefinedBehaviorSanitizer.

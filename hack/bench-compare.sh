@@ -44,7 +44,7 @@ build_test_driver() {
     tmp="$(mktemp -d)"
     cp "${KUBE_MODULE_DIR}/go.mod" "${KUBE_MODULE_DIR}/go.sum" "${tmp}/"
     mkdir -p "${dir}.partial.$$"
-    (cd "${tmp}" && CGO_ENABLED=0 GOFLAGS=-mod=mod nice -n 19 go build -trimpath -o "${dir}.partial.$$/dra-test-driver" "${TEST_DRIVER_PKG}") >&2
+    (cd "${tmp}" && CGO_ENABLED=0 GOFLAGS=-mod=mod nice -n 19 go build -trimpath -ldflags "-s -w" -o "${dir}.partial.$$/dra-test-driver" "${TEST_DRIVER_PKG}") >&2
     rm -rf "${tmp}"
     mv -T "${dir}.partial.$$" "${dir}"
   fi
@@ -75,7 +75,8 @@ main() {
   test_driver="$(build_test_driver)"
   mkdir -p "${REPO_ROOT}/_output/bin" "${BENCH_OUT}"
   plugin="${REPO_ROOT}/_output/bin/vgpu-kubelet-plugin"
-  (cd "${REPO_ROOT}" && go build -trimpath -o "${plugin}" ./cmd/vgpu-kubelet-plugin)
+  # both drivers as their projects ship them: without the symbol table and DWARF (-s -w)
+  (cd "${REPO_ROOT}" && go build -trimpath -ldflags "-s -w" -o "${plugin}" ./cmd/vgpu-kubelet-plugin)
   (cd "${REPO_ROOT}" && go test -tags benchcompare -c -o "${BENCH_OUT}/benchcompare.test" ./test/benchcompare)
   local select="${BENCH_COMPARE_SELECT:-^BenchmarkCompare\$}" out="${BENCH_OUT}/compare.txt"
   [[ "${select}" == '^BenchmarkCompare$' ]] || out="${BENCH_OUT}/throughput.txt"

@@ -249,6 +249,21 @@ static void format_uuid(const CUuuid *u, char *out, size_t len)
 		 b[14], b[15]);
 }
 
+/* Refuses the process for what mapping CUDA's devices found (contract §9). */
+__attribute__((format(printf, 1, 2))) static int refuse_mapping(const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	refuse("%s", why);
+	atomic_store(&vgpu_rt.mode, VGPU_MODE_REFUSED);
+	atomic_store(&vgpu_rt.launch_gate, VGPU_GATE_REFUSED);
+	vgpu_runtime_report_refusal();
+	return VGPU_MODE_REFUSED;
+}
+
 int vgpu_runtime_map_cuda(void)
 {
 	int m = vgpu_runtime_mode();
@@ -260,25 +275,24 @@ int vgpu_runtime_map_cuda(void)
 	CUresult r = USED(cuDeviceGetCount)(&count);
 	if (r != CUDA_SUCCESS)
 		return m;
+	/* Every visible device needs a gpu line of its own: past the devices the library maps, or
+	 * one whose UUID the driver does not give, cannot be matched to one. Either way the process
+	 * would run a GPU unaccounted: refused. */
 	if (count > VGPU_MAX_CUDA_DEVICES)
-		count = VGPU_MAX_CUDA_DEVICES;
+		return refuse_mapping("CUDA sees %d devices, more than the %d the library maps (vgpu.config has %d gpu "
+				      "lines)", count, VGPU_MAX_CUDA_DEVICES, vgpu_rt.cfg.ndevices);
 	int index[VGPU_MAX_CUDA_DEVICES];
 	for (int d = 0; d < count; d++) {
 		CUuuid u;
 		char text[64];
-		if ((r = USED(cuDeviceGetUuid)(&u, d)) != CUDA_SUCCESS) {
-			vgpu_log_error("cuDeviceGetUuid(%d) failed with %d", d, r);
-			return m;
-		}
+		if ((r = USED(cuDeviceGetUuid)(&u, d)) != CUDA_SUCCESS)
+			return refuse_mapping("cuDeviceGetUuid(%d) failed with %d: the device cannot be matched to a "
+					      "gpu line", d, r);
 		format_uuid(&u, text, sizeof(text));
 		index[d] = vgpu_config_find_uuid(&vgpu_rt.cfg, text);
-		if (index[d] < 0) {
-			refuse("CUDA device %d (%s) is visible but vgpu.config has no gpu line for it", d, text);
-			atomic_store(&vgpu_rt.mode, VGPU_MODE_REFUSED);
-			atomic_store(&vgpu_rt.launch_gate, VGPU_GATE_REFUSED);
-			vgpu_runtime_report_refusal();
-			return VGPU_MODE_REFUSED;
-		}
+		if (index[d] < 0)
+			return refuse_mapping("CUDA device %d (%s) is visible but vgpu.config has no gpu line for it", d,
+					      text);
 	}
 	memcpy(vgpu_rt.cuda_index, index, sizeof(int) * (size_t)count);
 	vgpu_rt.cuda_count = count;

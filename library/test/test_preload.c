@@ -4,7 +4,7 @@
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
  *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm|asyncfree|
- *                 ledgerlock|truncate|wake|allowance|arrays|graphs|ctxlimits|modules|legacylaunch|graphcost|nvmlneighbours> */
+ *                 ledgerlock|truncate|wake|allowance|arrays|graphs|ctxlimits|modules|devicecount|legacylaunch|graphcost|nvmlneighbours> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -1108,6 +1108,27 @@ static void test_ctxlimits(void)
 	root_teardown(&r);
 }
 
+/* Every device CUDA counts must be matched to a gpu line: a driver that counts 80 (past the 64
+ * the library maps) or one whose UUID it cannot give is refused, never run unaccounted. */
+static void test_devicecount(void)
+{
+	static const char *const counts[] = { "FAKE_DEVICE_COUNT=80", "FAKE_DEVICE_COUNT=2" };
+	static const char *const want[] = { "CUDA sees 80 devices, more than the 64 the library maps",
+					    "cuDeviceGetUuid(1) failed with 101: the device cannot be matched to a gpu line" };
+	for (int i = 0; i < 2; i++) {
+		struct root r;
+		root_setup(&r, "OK");
+		struct run res;
+		const char *env[] = { counts[i], NULL };
+		run(&r, LIBVGPU_TEST, PROBE("alloc", "300"), env, &res);
+		CHECK(strstr(res.out, "cuInit=800") != NULL && strstr(res.out, "alloc 300 MiB = 0") == NULL,
+		      "%s: want CUDA refused (800):\n%s%s", counts[i], res.out, res.err);
+		CHECK_STR_CONTAINS(res.err, want[i]);
+		check_peak(&r, counts[i]);
+		root_teardown(&r);
+	}
+}
+
 /* A module's globals take device memory the library cannot size from the image: NVML's figure
  * is read at the next allocation after a load, so 200 MiB of globals count against a 256 MiB
  * limit at once (not up to a second later), and an unload gives them back at once. Every load
@@ -1469,6 +1490,7 @@ int main(int argc, char **argv)
 		{ "vmm", test_vmm }, { "asyncfree", test_asyncfree },
 		{ "ledgerlock", test_ledgerlock }, { "truncate", test_truncate }, { "wake", test_wake },
 		{ "allowance", test_allowance }, { "arrays", test_arrays }, { "graphs", test_graphs }, { "ctxlimits", test_ctxlimits }, { "modules", test_modules },
+		{ "devicecount", test_devicecount },
 		{ "legacylaunch", test_legacylaunch }, { "graphcost", test_graphcost }, { "nvmlneighbours", test_nvmlneighbours },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));

@@ -13,8 +13,8 @@ export TMPDIR ?= /tmp
 all: build
 
 ## build: compile every Go binary into _output/bin, without the symbol table and DWARF (-s -w,
-## as Kubernetes builds its binaries: stack traces keep their names, and the plugin idles about
-## 6 MiB smaller, docs/performance.md).
+## as Kubernetes builds its binaries: stack traces keep their names; the plugin's binary is 97 →
+## 69 MB, its RSS the same, docs/performance.md).
 GO_LDFLAGS ?= -s -w
 build:
 	@mkdir -p $(BIN)

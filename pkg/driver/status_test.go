@@ -287,7 +287,7 @@ func TestDeviceStatusWaitsForTheBurst(t *testing.T) {
 	if next := at(25 * time.Millisecond); writes() != 0 || !next.Equal(t0.Add(10*time.Millisecond+statusSettle)) {
 		t.Fatalf("a second update 10 ms in: %d writes at 25 ms, next at %v; want none until %v", writes(), next.Sub(t0), 10*time.Millisecond+statusSettle)
 	}
-	if at(30*time.Millisecond); writes() != 2 {
+	if at(30 * time.Millisecond); writes() != 2 {
 		t.Fatalf("the burst settled: %d writes, want 2", writes())
 	}
 

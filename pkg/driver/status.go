@@ -168,8 +168,10 @@ func (w *statusWriter) writeDue(ctx context.Context, logger klog.Logger) time.Ti
 				at = later(at, earlier(settled, u.queued.Add(w.settleMax)))
 			}
 			if !at.After(now) {
-				due = u
-				break
+				if due == nil || u.queued.Before(due.queued) {
+					due = u // the oldest first: a burst's statuses land in the order they came
+				}
+				continue
 			}
 			if next.IsZero() || at.Before(next) {
 				next = at

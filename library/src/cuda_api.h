@@ -103,6 +103,8 @@ enum {
 	CU_MEM_LOCATION_TYPE_DEVICE = 1, CU_MEM_LOCATION_TYPE_HOST = 2, CU_MEM_LOCATION_TYPE_HOST_NUMA = 3,
 	CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 4,
 };
+typedef struct { int type; int id; } CUmemLocation;
+typedef int CUmemAllocationType; /* pinned, managed (CUDA 13's pools by location) */
 typedef struct {
 	int type;
 	int requestedHandleTypes;

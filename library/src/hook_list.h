@@ -33,6 +33,9 @@
 	X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, 0)   \
 	X(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020, 0)                 \
 	X(cuDeviceSetMemPool, cuDeviceSetMemPool, 11020, 0)                 \
+	X(cuMemGetDefaultMemPool, cuMemGetDefaultMemPool, 13000, 0)         \
+	X(cuMemGetMemPool, cuMemGetMemPool, 13000, 0)                       \
+	X(cuMemSetMemPool, cuMemSetMemPool, 13000, 0)                       \
 	X(cuMemCreate, cuMemCreate, 10020, 0)                               \
 	X(cuMemRelease, cuMemRelease, 10020, 0)                             \
 	X(cuMemMap, cuMemMap, 10020, 0)                                     \

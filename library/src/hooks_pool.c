@@ -6,7 +6,8 @@
  *    cuCtxGetDevice / cuCtxPopCurrent_v2. NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are
  *    the current context's streams.
  *  - cuMemAllocFromPoolAsync*: the pool's location, which the driver cannot be asked for:
- *    recorded when the pool is handed out (pool_map.h). A pool of host memory is charged
+ *    recorded when the pool is handed out (pool_map.h): created, or a device's or a
+ *    location's default or current pool (CUDA 13's cuMemGetDefaultMemPool and the like). A pool of host memory is charged
  *    nothing. A pool without a record is refused with CUDA_ERROR_NOT_SUPPORTED while a GPU
  *    has a memory limit (contract §9).
  * Counted when requested and given back when their free has run (hooks_mem.c, free_queue.h);
@@ -140,19 +141,23 @@ static void remember(CUmemoryPool pool, int place)
 			       (void *)pool);
 }
 
+/* A pool of a location: a device's, or host memory's. A location type the library does not
+ * know gets no record: its allocations are refused. */
+static void remember_at(CUmemoryPool pool, int type, int id)
+{
+	if (type == CU_MEM_LOCATION_TYPE_DEVICE)
+		remember(pool, id);
+	else if (type == CU_MEM_LOCATION_TYPE_HOST || type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+		 type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)
+		remember(pool, VGPU_POOL_HOST);
+}
+
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
 	REAL_OR_FAIL(real, cuMemPoolCreate);
 	CUresult r = real(pool, props);
-	if (r != CUDA_SUCCESS || pool == NULL || props == NULL)
-		return r;
-	int type = props->location.type;
-	if (type == CU_MEM_LOCATION_TYPE_DEVICE)
-		remember(*pool, props->location.id);
-	else if (type == CU_MEM_LOCATION_TYPE_HOST || type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
-		 type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)
-		remember(*pool, VGPU_POOL_HOST);
-	/* a location type the library does not know: no record, its allocations are refused */
+	if (r == CUDA_SUCCESS && pool != NULL && props != NULL)
+		remember_at(*pool, props->location.type, props->location.id);
 	return r;
 }
 
@@ -190,5 +195,34 @@ CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 	CUresult r = real(dev, pool);
 	if (r == CUDA_SUCCESS)
 		remember(pool, dev);
+	return r;
+}
+
+/* CUDA 13's pools by location and allocation type (pinned or managed). */
+CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
+{
+	REAL_OR_FAIL(real, cuMemGetDefaultMemPool);
+	CUresult r = real(pool, location, type);
+	if (r == CUDA_SUCCESS && pool != NULL && location != NULL)
+		remember_at(*pool, location->type, location->id);
+	return r;
+}
+
+CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
+{
+	REAL_OR_FAIL(real, cuMemGetMemPool);
+	CUresult r = real(pool, location, type);
+	if (r == CUDA_SUCCESS && pool != NULL && location != NULL)
+		remember_at(*pool, location->type, location->id);
+	return r;
+}
+
+/* The driver takes only a pool of that location. */
+CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
+{
+	REAL_OR_FAIL(real, cuMemSetMemPool);
+	CUresult r = real(location, type, pool);
+	if (r == CUDA_SUCCESS && location != NULL)
+		remember_at(pool, location->type, location->id);
 	return r;
 }

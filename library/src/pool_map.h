@@ -1,6 +1,7 @@
 /* Where each memory pool of the process lives. The driver has no query for a pool's location,
  * so the library records it from the calls that hand pools out (cuMemPoolCreate's properties,
- * cuDeviceGetDefaultMemPool / cuDeviceGetMemPool / cuDeviceSetMemPool's device) and forgets it
+ * cuDeviceGetDefaultMemPool / cuDeviceGetMemPool / cuDeviceSetMemPool's device, CUDA 13's
+ * cuMemGetDefaultMemPool / cuMemGetMemPool / cuMemSetMemPool's location) and forgets it
  * at cuMemPoolDestroy. A pool handed out by a route the library does not see has no record. */
 #ifndef VGPU_POOL_MAP_H
 #define VGPU_POOL_MAP_H

@@ -1,7 +1,8 @@
 /* TEST DOUBLE: memory pools and stream-ordered allocations, as the driver places them. A pool
  * lives on the device of its location (cuMemPoolCreate: a device location only here); every
  * device has a default pool (cuDeviceGetDefaultMemPool) and a current one (cuDeviceGetMemPool,
- * cuDeviceSetMemPool: a pool of that device). cuMemAllocFromPoolAsync charges the pool's
+ * cuDeviceSetMemPool: a pool of that device; CUDA 13's cuMemGetDefaultMemPool, cuMemGetMemPool,
+ * cuMemSetMemPool by a device location). cuMemAllocFromPoolAsync charges the pool's
  * device, cuMemAllocAsync the stream's device (its current pool), whatever context is current
  * or whether any is. The memory is charged from the call (no pool reserve is kept). */
 #include <pthread.h>
@@ -89,7 +90,7 @@ API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice ordinal)
 	return CUDA_SUCCESS;
 }
 
-API CUresult cuDeviceSetMemPool(CUdevice ordinal, CUmemoryPool pool)
+static CUresult set_pool(CUdevice ordinal, CUmemoryPool pool)
 {
 	if (!fake_initialised())
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -104,6 +105,36 @@ API CUresult cuDeviceSetMemPool(CUdevice ordinal, CUmemoryPool pool)
 	current_pool[dev] = p;
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceSetMemPool(CUdevice ordinal, CUmemoryPool pool) { return set_pool(ordinal, pool); }
+/* A route libvgpu cannot hook, as fake_cuMemPoolCreate. */
+API CUresult fake_cuDeviceSetMemPool(CUdevice ordinal, CUmemoryPool pool) { return set_pool(ordinal, pool); }
+
+/* CUDA 13's pools by location: device locations only here, one pool per device whatever the
+ * allocation type. */
+API CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
+{
+	(void)type;
+	if (location == NULL || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cuDeviceGetDefaultMemPool(pool, location->id);
+}
+
+API CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
+{
+	(void)type;
+	if (location == NULL || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cuDeviceGetMemPool(pool, location->id);
+}
+
+API CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
+{
+	(void)type;
+	if (location == NULL || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cuDeviceSetMemPool(location->id, pool);
 }
 
 static CUresult from_pool(CUdeviceptr *dptr, size_t bytesize, struct fake_pool *p)

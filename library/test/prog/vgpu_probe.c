@@ -28,10 +28,11 @@
  *                        end: allocate <MiB> while it is queued, then let the stream go on and
  *                        allocate again (on a stream of its own, or the per-thread default
  *                        stream through the _ptsz entry points)
- *   pools                two GPUs, GPU 1's context current: stream-ordered allocations on GPU 0
- *                        (its pools however obtained, a stream of its context, no context
- *                        current), a pool created where libvgpu cannot see it, GPU 1's own
- *                        default stream; one line per allocation "<case> <first|second> = <ret>"
+ *   pools <device|location>  two GPUs, GPU 1's context current: stream-ordered allocations on
+ *                        GPU 0 (its pools however obtained: default and current pools by the
+ *                        device getters or CUDA 13's location ones; a stream of its context; no
+ *                        context current), a pool created where libvgpu cannot see it, GPU 1's
+ *                        own default stream; one line per allocation "<case> <first|second> = <ret>"
  *   arrays               each CUDA array entry point: one over the limit, one of half the limit,
  *                        an allocation while it is held, the destroy, an allocation after it
  *   graphs               graphs' memory allocation nodes, through each instantiation entry point
@@ -114,7 +115,8 @@ static const struct { const char *name; void *linked; } cuda_names[] = {
 	N(cuMemGetInfo), N(cuMemGetInfo_v2), N(cuMemAlloc), N(cuMemAlloc_v2), N(cuMemAllocPitch),
 	N(cuMemAllocPitch_v2), N(cuMemAllocManaged), N(cuMemAllocAsync), N(cuMemAllocAsync_ptsz),
 	N(cuMemAllocFromPoolAsync), N(cuMemAllocFromPoolAsync_ptsz), N(cuMemPoolCreate), N(cuMemPoolDestroy),
-	N(cuDeviceGetDefaultMemPool), N(cuDeviceGetMemPool), N(cuDeviceSetMemPool), N(cuMemCreate), N(cuMemRelease),
+	N(cuDeviceGetDefaultMemPool), N(cuDeviceGetMemPool), N(cuDeviceSetMemPool), N(cuMemGetDefaultMemPool),
+	N(cuMemGetMemPool), N(cuMemSetMemPool), N(cuMemCreate), N(cuMemRelease),
 	N(cuMemMap), N(cuMemUnmap), N(cuMemRetainAllocationHandle), N(cuArrayCreate), N(cuArrayCreate_v2),
 	N(cuArray3DCreate), N(cuArray3DCreate_v2), N(cuMipmappedArrayCreate), N(cuArrayDestroy),
 	N(cuMipmappedArrayDestroy), N(cuCtxSetLimit), N(cuLaunch), N(cuLaunchGrid), N(cuLaunchGridAsync),
@@ -192,6 +194,9 @@ static const struct procaddr_case procaddr_cases[] = {
 	{ "cuDeviceGetDefaultMemPool", 12000, 0, "cuDeviceGetDefaultMemPool" },
 	{ "cuDeviceGetMemPool", 12000, 0, "cuDeviceGetMemPool" },
 	{ "cuDeviceSetMemPool", 12000, 0, "cuDeviceSetMemPool" },
+	{ "cuMemGetDefaultMemPool", 13000, 0, "cuMemGetDefaultMemPool" },
+	{ "cuMemGetMemPool", 13000, 0, "cuMemGetMemPool" },
+	{ "cuMemSetMemPool", 13000, 0, "cuMemSetMemPool" },
 	{ "cuMemCreate", 12000, 0, "cuMemCreate" },
 	{ "cuMemRelease", 12000, 0, "cuMemRelease" },
 	{ "cuMemMap", 12000, 0, "cuMemMap" },
@@ -685,21 +690,30 @@ static void pool_pair(const char *name, CUmemoryPool pool, int ptsz, CUstream s)
 	cuStreamSynchronize(s);
 }
 
-static int cmd_pools(void)
+static int cmd_pools(const char *via)
 {
+	int by_device = strcmp(via, "device") == 0;
 	CUcontext ctx0, ctx1;
 	CUstream s0;
 	if (cuInit(0) != CUDA_SUCCESS || cuCtxCreate_v2(&ctx0, 0, 0) != CUDA_SUCCESS || cuStreamCreate(&s0, 0) != CUDA_SUCCESS)
 		return 20;
 	CUmemPoolProps props = { .allocType = 1, .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
-	CUmemoryPool created, dflt, current, unknown;
-	__typeof__(&cuMemPoolCreate) unhooked = (__typeof__(&cuMemPoolCreate))dlsym(
-		dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), "fake_cuMemPoolCreate");
-	if (cuMemPoolCreate(&created, &props) != CUDA_SUCCESS || cuDeviceGetDefaultMemPool(&dflt, 0) != CUDA_SUCCESS ||
-	    cuDeviceGetMemPool(&current, 0) != CUDA_SUCCESS || unhooked == NULL || unhooked(&unknown, &props) != CUDA_SUCCESS)
+	CUmemLocation gpu0 = { CU_MEM_LOCATION_TYPE_DEVICE, 0 };
+	CUmemoryPool created, dflt, current, unknown, unknown2, hidden;
+	void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	__typeof__(&cuMemPoolCreate) unhooked_create = (__typeof__(&cuMemPoolCreate))dlsym(drv, "fake_cuMemPoolCreate");
+	__typeof__(&cuDeviceSetMemPool) unhooked_set = (__typeof__(&cuDeviceSetMemPool))dlsym(drv, "fake_cuDeviceSetMemPool");
+	if (unhooked_create == NULL || unhooked_set == NULL || cuMemPoolCreate(&created, &props) != CUDA_SUCCESS ||
+	    unhooked_create(&unknown, &props) != CUDA_SUCCESS || unhooked_create(&unknown2, &props) != CUDA_SUCCESS ||
+	    unhooked_create(&hidden, &props) != CUDA_SUCCESS || unhooked_set(0, hidden) != CUDA_SUCCESS)
 		return 21;
-	if (cuCtxCreate_v2(&ctx1, 0, 1) != CUDA_SUCCESS)
+	/* the current pool is one libvgpu has not seen: it learns it from the getter alone */
+	CUresult r = by_device ? cuDeviceGetDefaultMemPool(&dflt, 0) : cuMemGetDefaultMemPool(&dflt, &gpu0, 1);
+	if (r != CUDA_SUCCESS || (by_device ? cuDeviceGetMemPool(&current, 0) : cuMemGetMemPool(&current, &gpu0, 1)) != CUDA_SUCCESS ||
+	    current != hidden || unhooked_set(0, dflt) != CUDA_SUCCESS)
 		return 22;
+	if (cuCtxCreate_v2(&ctx1, 0, 1) != CUDA_SUCCESS)
+		return 23;
 	const struct pool_case cases[] = {
 		{ "pool created", created, 0 }, { "pool created ptsz", created, 1 }, { "pool default", dflt, 0 },
 		{ "pool current", current, 0 }, { "async stream", NULL, 0 }, { "async stream ptsz", NULL, 1 },
@@ -712,8 +726,8 @@ static int cmd_pools(void)
 	cuCtxSetCurrent(ctx1);
 	CUdeviceptr p;
 	printf("unknown pool = %d\n", cuMemAllocFromPoolAsync(&p, MiB, unknown, s0));
-	printf("set unknown pool = %d\n", cuDeviceSetMemPool(0, unknown));
-	pool_pair("pool set", unknown, 0, s0);
+	printf("set unknown pool = %d\n", by_device ? cuDeviceSetMemPool(0, unknown2) : cuMemSetMemPool(&gpu0, 1, unknown2));
+	pool_pair("pool set", unknown2, 0, s0);
 	pool_pair("async stream, set pool", NULL, 0, s0);
 	printf("destroy = %d\n", cuMemPoolDestroy(created));
 	CUdeviceptr q[2];
@@ -1191,8 +1205,8 @@ int main(int argc, char **argv)
 		return cmd_asyncfree(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc >= 2 && strcmp(argv[1], "stdin") == 0)
 		return cmd_stdin();
-	if (argc >= 2 && strcmp(argv[1], "pools") == 0)
-		return cmd_pools();
+	if (argc >= 3 && strcmp(argv[1], "pools") == 0)
+		return cmd_pools(argv[2]);
 	if (argc >= 5 && strcmp(argv[1], "fork") == 0)
 		return cmd_fork(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
 	if (argc >= 4 && strcmp(argv[1], "fill") == 0)

@@ -99,7 +99,12 @@ enum { CU_STREAM_WAIT_VALUE_GEQ = 0x0 };
 typedef struct { char bytes[16]; } CUuuid;
 
 /* cuMemCreate's allocation properties: only the documented leading members are read. */
-enum { CU_MEM_LOCATION_TYPE_DEVICE = 1 };
+enum {
+	CU_MEM_LOCATION_TYPE_DEVICE = 1, CU_MEM_LOCATION_TYPE_HOST = 2, CU_MEM_LOCATION_TYPE_HOST_NUMA = 3,
+	CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 4,
+};
+typedef struct { int type; int id; } CUmemLocation;
+typedef int CUmemAllocationType; /* pinned, managed (CUDA 13's pools by location) */
 typedef struct {
 	int type;
 	int requestedHandleTypes;
@@ -108,9 +113,9 @@ typedef struct {
 	unsigned char allocFlags[8];
 } CUmemAllocationProp;
 
-/* CUDA graphs' memory allocation nodes (cuGraphAddMemAllocNode): the pool properties' size
- * (88 bytes) is fixed by their reserved tail across versions; only the location and the
- * size are read. */
+/* Memory pools' properties (cuMemPoolCreate) and CUDA graphs' memory allocation nodes
+ * (cuGraphAddMemAllocNode): the pool properties' size (88 bytes) is fixed by their reserved
+ * tail across versions; only the location and the size are read. */
 typedef struct {
 	int allocType;
 	int handleTypes;

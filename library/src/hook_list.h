@@ -28,6 +28,14 @@
 	X(cuMemAllocAsync_ptsz, cuMemAllocAsync, 11020, 1)                  \
 	X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0)       \
 	X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, 11020, 1)  \
+	X(cuMemPoolCreate, cuMemPoolCreate, 11020, 0)                       \
+	X(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0)                     \
+	X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, 0)   \
+	X(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020, 0)                 \
+	X(cuDeviceSetMemPool, cuDeviceSetMemPool, 11020, 0)                 \
+	X(cuMemGetDefaultMemPool, cuMemGetDefaultMemPool, 13000, 0)         \
+	X(cuMemGetMemPool, cuMemGetMemPool, 13000, 0)                       \
+	X(cuMemSetMemPool, cuMemSetMemPool, 13000, 0)                       \
 	X(cuMemCreate, cuMemCreate, 10020, 0)                               \
 	X(cuMemRelease, cuMemRelease, 10020, 0)                             \
 	X(cuMemMap, cuMemMap, 10020, 0)                                     \
@@ -105,6 +113,9 @@
 	X(cuDeviceGetCount)    \
 	X(cuDeviceGetUuid)     \
 	X(cuCtxGetCurrent)     \
+	X(cuStreamGetCtx)      \
+	X(cuCtxPushCurrent_v2) \
+	X(cuCtxPopCurrent_v2)  \
 	X(cuDeviceGetAttribute) \
 	X(cuStreamIsCapturing) \
 	X(cuStreamSynchronize) \

@@ -29,6 +29,14 @@ VGPU_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
 					     CUstream stream);
 VGPU_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 						  CUstream stream);
+VGPU_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+VGPU_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool);
+VGPU_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
+VGPU_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
+VGPU_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+VGPU_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
+VGPU_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
+VGPU_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool);
 VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 				 const CUmemAllocationProp *prop, unsigned long long flags);
 VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
@@ -142,6 +150,9 @@ CUresult cuCtxGetDevice(CUdevice *dev);
 CUresult cuDeviceGetCount(int *count);
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 CUresult cuCtxGetCurrent(CUcontext *ctx);
+CUresult cuStreamGetCtx(CUstream stream, CUcontext *ctx);
+CUresult cuCtxPushCurrent_v2(CUcontext ctx);
+CUresult cuCtxPopCurrent_v2(CUcontext *ctx);
 CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status);
 CUresult cuStreamSynchronize(CUstream stream);

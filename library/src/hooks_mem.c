@@ -1,5 +1,5 @@
 /* Allocation, free and memory-info hooks of the CUDA driver API (the virtual memory API's:
- * hooks_vmm.c). */
+ * hooks_vmm.c; stream-ordered allocations and pools: hooks_pool.c). */
 #include <limits.h>
 
 #include "hook_table.h"
@@ -100,28 +100,6 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int
 	vgpu_mem_commit(&op, r, VGPU_ALLOC_PTR, r == CUDA_SUCCESS ? *dptr : 0);
 	return r;
 }
-
-/* Stream-ordered allocations are counted when requested and given back when their free has
- * run; memory a pool keeps beyond that shows up through the NVML reconciliation. */
-#define ALLOC_ASYNC(name, args, ...)                                               \
-	CUresult name args                                                         \
-	{                                                                          \
-		REAL_OR_FAIL(real, name);                                          \
-		struct vgpu_mem_op op;                                             \
-		CUresult r = vgpu_mem_reserve(-1, bytesize, &op);                  \
-		if (r != CUDA_SUCCESS)                                             \
-			return r;                                                  \
-		r = real(__VA_ARGS__);                                             \
-		vgpu_mem_commit(&op, r, VGPU_ALLOC_PTR, r == CUDA_SUCCESS ? *dptr : 0); \
-		return r;                                                          \
-	}
-
-ALLOC_ASYNC(cuMemAllocAsync, (CUdeviceptr * dptr, size_t bytesize, CUstream stream), dptr, bytesize, stream)
-ALLOC_ASYNC(cuMemAllocAsync_ptsz, (CUdeviceptr * dptr, size_t bytesize, CUstream stream), dptr, bytesize, stream)
-ALLOC_ASYNC(cuMemAllocFromPoolAsync, (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream stream),
-	    dptr, bytesize, pool, stream)
-ALLOC_ASYNC(cuMemAllocFromPoolAsync_ptsz,
-	    (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream stream), dptr, bytesize, pool, stream)
 
 /* Freed when the call returns: the bytes come back at once. */
 #define FREE_HOOK(name, ptr_type)                                               \

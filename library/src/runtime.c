@@ -19,6 +19,7 @@
 #include "core_file.h"
 #include "env_config.h"
 #include "free_queue.h"
+#include "pool_map.h"
 #include "graph_account.h"
 #include "hook_table.h"
 #include "hooks.h"
@@ -51,6 +52,7 @@ static void after_fork_in_child(void)
 	vgpu_graph_reset();
 	vgpu_vmm_reset();
 	vgpu_free_queue_reset();
+	vgpu_pool_map_reset();
 	atomic_store(&vgpu_rt.cuda_mapped, 0);
 	atomic_store(&vgpu_rt.launch_gate, VGPU_GATE_UNKNOWN);
 	atomic_store(&vgpu_rt.refusal_printed, 0);

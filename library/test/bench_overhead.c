@@ -28,6 +28,7 @@
 #include "server/scripted_registry.h"
 
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
+CUresult cuStreamCreate(CUstream *stream, unsigned int flags);
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
 			     unsigned long long flags);
 
@@ -85,14 +86,14 @@ static double time_alloc(alloc_fn a, free_fn f, long n)
 
 /* Stream-ordered pairs on the default stream, as a caching allocator's slow path makes them:
  * the hooked free records an event behind it and gives the bytes back once it has run. */
-static double time_async(alloc_async_fn a, free_async_fn f, long n)
+static double time_async(alloc_async_fn a, free_async_fn f, CUstream s, long n)
 {
 	double best = 1e30;
 	for (int rep = 0; rep < 5; rep++) {
 		double t0 = now_ns();
 		for (long i = 0; i < n; i++) {
 			CUdeviceptr p;
-			if (a(&p, 1 << 20, NULL) != CUDA_SUCCESS || f(p, NULL) != CUDA_SUCCESS)
+			if (a(&p, 1 << 20, s) != CUDA_SUCCESS || f(p, s) != CUDA_SUCCESS)
 				exit(6);
 		}
 		double per = (now_ns() - t0) / (double)n;
@@ -168,13 +169,14 @@ static int measure(const char *mode)
 		double d = time_vmm(&direct, va, 20000);
 		double h = time_vmm(&hooked, va, 20000);
 		printf("%.1f %.1f\n", d, h);
-	} else if (strcmp(mode, "async") == 0) {
+	} else if (strcmp(mode, "async") == 0 || strcmp(mode, "asyncstream") == 0) {
 		alloc_async_fn da = (alloc_async_fn)dlsym(drv, "fake_cuMemAllocAsync");
 		free_async_fn df = (free_async_fn)dlsym(drv, "fake_cuMemFreeAsync");
-		if (!da || !df)
+		CUstream s = NULL; /* async: the legacy default stream; asyncstream: one of the context's */
+		if (!da || !df || (strcmp(mode, "asyncstream") == 0 && cuStreamCreate(&s, 0) != CUDA_SUCCESS))
 			return 2;
-		double d = time_async(da, df, 20000);
-		double h = time_async(cuMemAllocAsync, cuMemFreeAsync, 20000);
+		double d = time_async(da, df, s, 20000);
+		double h = time_async(cuMemAllocAsync, cuMemFreeAsync, s, 20000);
 		printf("%.1f %.1f\n", d, h);
 	} else {
 		double d = time_alloc(direct_alloc, direct_free, 20000);
@@ -320,6 +322,7 @@ int main(int argc, char **argv)
 		{ "cuMemAlloc+cuMemFree, memory limit", "alloc-mem-limit", "alloc", { "CUDA_MEM_LIMIT_0=4096m", NULL }, 5000, 4096ull << 20, 0 },
 		{ "cuMemAllocAsync+cuMemFreeAsync, no limit", "async", "async", { NULL }, 5000, 0, 0 },
 		{ "cuMemAllocAsync+cuMemFreeAsync, mem limit", "async-mem-limit", "async", { "CUDA_MEM_LIMIT_0=4096m", NULL }, 5000, 4096ull << 20, 0 },
+		{ "the same on a stream of the context", "async-stream-mem-limit", "asyncstream", { "CUDA_MEM_LIMIT_0=4096m", NULL }, 5000, 4096ull << 20, 0 },
 		{ "cuMemCreate+Map+Unmap+Release, no limit", "vmm", "vmm", { NULL }, 5000, 0, 0 },
 		{ "cuMemCreate+Map+Unmap+Release, mem limit", "vmm-mem-limit", "vmm", { "CUDA_MEM_LIMIT_0=4096m", NULL }, 5000, 4096ull << 20, 0 },
 	};

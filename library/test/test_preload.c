@@ -4,7 +4,7 @@
  * must not trust). One ctest per scenario:
  *   test_preload <routes|refusal|untouched|interposer|exact|sigkill|reconcile|prodlib|corelimit|
  *                 envignored|noconfig|forgedconfig|index16|pidns|crashcreate|fork|stdin|vmm|asyncfree|
- *                 ledgerlock|truncate|wake|allowance|arrays|graphs|ctxlimits|modules|devicecount|legacylaunch|graphcost|nvmlneighbours> */
+ *                 ledgerlock|truncate|wake|allowance|arrays|graphs|ctxlimits|modules|devicecount|legacylaunch|graphcost|nvmlneighbours|pools> */
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -1013,6 +1013,51 @@ static void test_asyncfree(void)
 	}
 }
 
+/* Two GPUs, GPU 0 limited to 256 MiB and GPU 1 to 1 GiB, GPU 1's context current: what is
+ * allocated on GPU 0 counts against GPU 0's limit, however the allocation names GPU 0 (a pool
+ * of its, created or the default or current one, by device or by location; a stream of its
+ * context; with no context current at all); a pool libvgpu never saw created is refused until
+ * it is set as a device's pool; GPU 1's default stream counts against GPU 1. */
+#define GPU1_UUID "GPU-22222222-2222-3333-4444-555555555555"
+static void test_pools(void)
+{
+	static const char *const on_gpu0[] = {
+		"pool created", "pool created ptsz", "pool default", "pool current", "async stream", "async stream ptsz",
+		"no context async", "no context pool", "pool set", "async stream, set pool",
+	};
+	static const char *const vias[] = { "device", "location" };
+	const char *env[] = { "FAKE_GPU_DEVICES=" FAKE_DEFAULT_UUID ":16384," GPU1_UUID ":16384",
+			      "MANAGER_VISIBLE_DEVICE_1=" GPU1_UUID, "CUDA_MEM_LIMIT_1=1024m", NULL };
+	for (size_t v = 0; v < 2; v++) {
+		struct root r;
+		root_setup_config(&r, "OK", CFG_NRI CFG_GPU0(268435456, 0) "gpu 1 " GPU1_UUID " 1073741824 0\n");
+		struct run res;
+		run(&r, LIBVGPU_TEST, PROBE("pools", (char *)vias[v]), env, &res);
+		CHECK(res.status == 0, "pools %s: exit %d\n%s%s", vias[v], res.status, res.out, res.err);
+		for (size_t i = 0; i < sizeof(on_gpu0) / sizeof(on_gpu0[0]); i++) {
+			char want[2][96];
+			snprintf(want[0], sizeof(want[0]), "%s first = 0\n", on_gpu0[i]);
+			snprintf(want[1], sizeof(want[1]), "%s second = 2\n", on_gpu0[i]);
+			for (int k = 0; k < 2; k++)
+				CHECK(strstr(res.out, want[k]) != NULL, "%s: want \"%s\" in\n%s%s", vias[v], want[k], res.out,
+				      res.err);
+		}
+		CHECK_STR_CONTAINS(res.out, "unknown pool = 801\n"); /* CUDA_ERROR_NOT_SUPPORTED */
+		CHECK_STR_CONTAINS(res.err, "a memory pool the library did not see created");
+		CHECK_STR_CONTAINS(res.out, "set unknown pool = 0\n");
+		CHECK_STR_CONTAINS(res.out, "destroy = 0\n");
+		CHECK_STR_CONTAINS(res.out, "gpu 1 default stream 900 MiB = 0\n");
+		CHECK_STR_CONTAINS(res.out, "gpu 1 default stream 200 MiB = 2\n");
+		struct fake_state *fs = map_fake(&r);
+		CHECK(fs != NULL && fs->peak[0] <= 256 * MiB && fs->peak[1] <= 1024 * MiB,
+		      "%s: the devices held %llu and %llu MiB for limits of 256 and 1024 MiB", vias[v],
+		      fs ? (unsigned long long)(fs->peak[0] / MiB) : 0ull, fs ? (unsigned long long)(fs->peak[1] / MiB) : 0ull);
+		if (fs)
+			munmap(fs, sizeof(*fs));
+		root_teardown(&r);
+	}
+}
+
 /* What the device held at most: the limit must hold on the device, not only in the ledger. */
 static void check_peak(struct root *r, const char *what)
 {
@@ -1492,6 +1537,7 @@ int main(int argc, char **argv)
 		{ "allowance", test_allowance }, { "arrays", test_arrays }, { "graphs", test_graphs }, { "ctxlimits", test_ctxlimits }, { "modules", test_modules },
 		{ "devicecount", test_devicecount },
 		{ "legacylaunch", test_legacylaunch }, { "graphcost", test_graphcost }, { "nvmlneighbours", test_nvmlneighbours },
+		{ "pools", test_pools },
 	};
 	return test_dispatch(argc, argv, "preload_", tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -4,7 +4,9 @@
  * occupies the device for blocks * FAKE_NS_PER_BLOCK ns, serialised like one GPU. The
  * CUDA arrays, the device heap and the threads' stacks take memory like allocations. The
  * virtual memory API is in fake_vmm.c, streams, events and stream-ordered frees in
- * fake_stream.c, graphs' memory nodes in fake_graph.c. */
+ * fake_stream.c, memory pools and stream-ordered allocations in fake_pool.c, graphs' memory
+ * nodes in fake_graph.c. A context is its device; each thread has a stack of them
+ * (cuCtxPushCurrent_v2 / cuCtxPopCurrent_v2), cuCtxCreate and cuCtxSetCurrent replace its top. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,11 @@
 
 static __thread int current_dev = -1; /* device index (shared state), not the CUDA ordinal */
 static __thread int current_ordinal = -1;
+/* The thread's context stack below the current one (cuCtxPushCurrent_v2): CUDA ordinals, -1
+ * for "none". A context is its device's ordinal + 1. */
+#define FAKE_CTX_DEPTH 8
+static __thread int ctx_below[FAKE_CTX_DEPTH];
+static __thread int ctx_depth;
 static int initialised;
 
 /* Process-local table of allocations: key -> (bytes, device). */
@@ -210,6 +217,52 @@ API CUresult cuCtxGetCurrent(CUcontext *ctx)
 	return CUDA_SUCCESS;
 }
 
+int fake_current_ordinal(void) { return current_ordinal; }
+
+static CUresult make_current(CUcontext ctx)
+{
+	int ordinal = ctx == NULL ? -1 : (int)(uintptr_t)ctx - 1;
+	int dev = ordinal < 0 ? -1 : fake_device_of(ordinal);
+	if (ordinal >= 0 && dev < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	current_ordinal = ordinal;
+	current_dev = dev;
+	return CUDA_SUCCESS;
+}
+
+/* Replaces the top of the thread's stack (NULL: no context current). */
+API CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return make_current(ctx);
+}
+
+API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (ctx == NULL || ctx_depth == FAKE_CTX_DEPTH)
+		return CUDA_ERROR_INVALID_VALUE;
+	int below = current_ordinal;
+	CUresult r = make_current(ctx);
+	if (r == CUDA_SUCCESS)
+		ctx_below[ctx_depth++] = below;
+	return r;
+}
+
+API CUresult cuCtxPopCurrent_v2(CUcontext *ctx)
+{
+	if (!initialised)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (current_ordinal < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx != NULL)
+		*ctx = (CUcontext)(uintptr_t)(current_ordinal + 1);
+	int below = ctx_depth > 0 ? ctx_below[--ctx_depth] : -1;
+	return make_current(below < 0 ? NULL : (CUcontext)(uintptr_t)(below + 1));
+}
+
 API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
 	CUresult r = need_ctx();
@@ -330,13 +383,6 @@ API CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned
 		*pitch = p;
 	return r;
 }
-
-API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s) { (void)s; return cuMemAlloc_v2(dptr, bytesize); }
-API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream s) { (void)s; return cuMemAlloc_v2(dptr, bytesize); }
-API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p, CUstream s)
-{ (void)p; (void)s; return cuMemAlloc_v2(dptr, bytesize); }
-API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool p, CUstream s)
-{ (void)p; (void)s; return cuMemAlloc_v2(dptr, bytesize); }
 
 API CUresult cuMemFree_v2(CUdeviceptr dptr) { return fake_free_key(dptr); }
 API CUresult cuMemFree(CUdeviceptr_v1 dptr) { return fake_free_key(dptr); }
@@ -616,7 +662,6 @@ API CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
 }
 API CUresult fake_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return cuMemAlloc_v2(dptr, bytesize); }
 API CUresult fake_cuMemFree_v2(CUdeviceptr dptr) { return cuMemFree_v2(dptr); }
-API CUresult fake_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s) { return cuMemAllocAsync(dptr, bytesize, s); }
 
 /* cuGetProcAddress: the published version history, like the driver's. */
 API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
@@ -639,9 +684,13 @@ static const struct proc_entry proc_table[] = {
 	E(cuCtxGetDevice, cuCtxGetDevice, 2000, 0),
 	E(cuCtxSynchronize, cuCtxSynchronize, 2000, 0),
 	E(cuCtxGetCurrent, cuCtxGetCurrent, 2000, 0),
+	E(cuCtxSetCurrent, cuCtxSetCurrent, 4000, 0),
+	E(cuCtxPushCurrent, cuCtxPushCurrent_v2, 4000, 0),
+	E(cuCtxPopCurrent, cuCtxPopCurrent_v2, 4000, 0),
 	E(cuStreamCreate, cuStreamCreate, 2000, 0),
 	E(cuStreamSynchronize, cuStreamSynchronize, 2000, 0),
 	E(cuStreamQuery, cuStreamQuery, 2000, 0),
+	E(cuStreamGetCtx, cuStreamGetCtx, 9020, 0),
 	E(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0),
 	E(cuStreamWaitValue32, cuStreamWaitValue32, 8000, 0),
 	E(cuEventCreate, cuEventCreate, 2000, 0),
@@ -659,6 +708,14 @@ static const struct proc_entry proc_table[] = {
 	E(cuMemAllocAsync, cuMemAllocAsync_ptsz, 11020, 1),
 	E(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0),
 	E(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz, 11020, 1),
+	E(cuMemPoolCreate, cuMemPoolCreate, 11020, 0),
+	E(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0),
+	E(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, 0),
+	E(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020, 0),
+	E(cuDeviceSetMemPool, cuDeviceSetMemPool, 11020, 0),
+	E(cuMemGetDefaultMemPool, cuMemGetDefaultMemPool, 13000, 0),
+	E(cuMemGetMemPool, cuMemGetMemPool, 13000, 0),
+	E(cuMemSetMemPool, cuMemSetMemPool, 13000, 0),
 	E(cuMemCreate, cuMemCreate, 10020, 0),
 	E(cuMemRelease, cuMemRelease, 10020, 0),
 	E(cuMemAddressReserve, cuMemAddressReserve, 10020, 0),

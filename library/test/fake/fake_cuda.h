@@ -59,8 +59,18 @@ API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericA
 API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
 
+/* The CUDA ordinal of the thread's current context, -1 for none. */
+int fake_current_ordinal(void);
+API CUresult cuCtxSetCurrent(CUcontext ctx);
+API CUresult cuCtxPushCurrent_v2(CUcontext ctx);
+API CUresult cuCtxPopCurrent_v2(CUcontext *ctx);
+
 /* Streams (fake_stream.c): cuCtxSynchronize runs every stream as far as it can go. */
 void fake_streams_drain(void);
+/* The CUDA ordinal of a stream's device (the current context's for the default streams), -1
+ * for none. */
+int fake_stream_ordinal(CUstream stream);
+API CUresult cuStreamGetCtx(CUstream stream, CUcontext *ctx);
 API CUresult cuStreamCreate(CUstream *stream, unsigned int flags);
 API CUresult cuStreamSynchronize(CUstream stream);
 API CUresult cuStreamQuery(CUstream stream);
@@ -72,6 +82,23 @@ API CUresult cuEventQuery(CUevent event);
 API CUresult cuEventDestroy_v2(CUevent event);
 API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
 API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
+
+/* Memory pools and stream-ordered allocations (fake_pool.c): a pool lives on a device; an
+ * allocation from it is charged there, cuMemAllocAsync's on the stream's device (from that
+ * device's current pool). */
+API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+API CUresult cuMemPoolDestroy(CUmemoryPool pool);
+API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
+API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
+API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+API CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
+API CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
+API CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool);
+API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream);
+API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream stream);
+API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream);
+API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+					  CUstream stream);
 
 /* Graphs (fake_graph.c). */
 API CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);

@@ -5,7 +5,8 @@
  * the free runs, as the driver keeps it) and event records (cuEventQuery answers
  * CUDA_ERROR_NOT_READY until the stream reaches them). A stream runs when it is given work
  * or asked about (query, synchronise, an event of it queried). NULL, CU_STREAM_LEGACY and
- * CU_STREAM_PER_THREAD are one default stream here. */
+ * CU_STREAM_PER_THREAD are one default stream here, of the current context. A stream created
+ * belongs to the context current at its creation, as the driver's do (cuStreamGetCtx). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -25,6 +26,7 @@ struct fake_stream {
 	struct op *ops;
 	size_t head, n, cap;
 	struct fake_stream *next; /* every stream, for cuCtxSynchronize */
+	int ordinal;              /* the CUDA ordinal of its context's device */
 };
 struct fake_event {
 	struct fake_stream *stream; /* the stream it was last recorded on */
@@ -86,14 +88,35 @@ API CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
 	(void)flags;
 	if (!fake_initialised())
 		return CUDA_ERROR_NOT_INITIALIZED;
+	if (fake_current_ordinal() < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
 	struct fake_stream *st = calloc(1, sizeof(*st));
 	if (st == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	st->ordinal = fake_current_ordinal();
 	pthread_mutex_lock(&mu);
 	st->next = streams;
 	streams = st;
 	pthread_mutex_unlock(&mu);
 	*stream = (CUstream)st;
+	return CUDA_SUCCESS;
+}
+
+int fake_stream_ordinal(CUstream stream)
+{
+	if (stream == NULL || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+		return fake_current_ordinal();
+	return ((struct fake_stream *)stream)->ordinal;
+}
+
+API CUresult cuStreamGetCtx(CUstream stream, CUcontext *ctx)
+{
+	if (!fake_initialised())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	int ordinal = fake_stream_ordinal(stream);
+	if (ordinal < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*ctx = (CUcontext)(uintptr_t)(ordinal + 1);
 	return CUDA_SUCCESS;
 }
 

@@ -28,6 +28,11 @@
  *                        end: allocate <MiB> while it is queued, then let the stream go on and
  *                        allocate again (on a stream of its own, or the per-thread default
  *                        stream through the _ptsz entry points)
+ *   pools <device|location>  two GPUs, GPU 1's context current: stream-ordered allocations on
+ *                        GPU 0 (its pools however obtained: default and current pools by the
+ *                        device getters or CUDA 13's location ones; a stream of its context; no
+ *                        context current), a pool created where libvgpu cannot see it, GPU 1's
+ *                        own default stream; one line per allocation "<case> <first|second> = <ret>"
  *   arrays               each CUDA array entry point: one over the limit, one of half the limit,
  *                        an allocation while it is held, the destroy, an allocation after it
  *   graphs               graphs' memory allocation nodes, through each instantiation entry point
@@ -109,7 +114,9 @@ static const struct { const char *name; void *linked; } cuda_names[] = {
 	N(cuInit), N(cuGetProcAddress), N(cuGetProcAddress_v2), N(cuDeviceTotalMem), N(cuDeviceTotalMem_v2),
 	N(cuMemGetInfo), N(cuMemGetInfo_v2), N(cuMemAlloc), N(cuMemAlloc_v2), N(cuMemAllocPitch),
 	N(cuMemAllocPitch_v2), N(cuMemAllocManaged), N(cuMemAllocAsync), N(cuMemAllocAsync_ptsz),
-	N(cuMemAllocFromPoolAsync), N(cuMemAllocFromPoolAsync_ptsz), N(cuMemCreate), N(cuMemRelease),
+	N(cuMemAllocFromPoolAsync), N(cuMemAllocFromPoolAsync_ptsz), N(cuMemPoolCreate), N(cuMemPoolDestroy),
+	N(cuDeviceGetDefaultMemPool), N(cuDeviceGetMemPool), N(cuDeviceSetMemPool), N(cuMemGetDefaultMemPool),
+	N(cuMemGetMemPool), N(cuMemSetMemPool), N(cuMemCreate), N(cuMemRelease),
 	N(cuMemMap), N(cuMemUnmap), N(cuMemRetainAllocationHandle), N(cuArrayCreate), N(cuArrayCreate_v2),
 	N(cuArray3DCreate), N(cuArray3DCreate_v2), N(cuMipmappedArrayCreate), N(cuArrayDestroy),
 	N(cuMipmappedArrayDestroy), N(cuCtxSetLimit), N(cuLaunch), N(cuLaunchGrid), N(cuLaunchGridAsync),
@@ -181,6 +188,15 @@ static const struct procaddr_case procaddr_cases[] = {
 	{ "cuMemAllocAsync", 12000, 2, "cuMemAllocAsync_ptsz" },
 	{ "cuMemAllocAsync", 12000, 1, "cuMemAllocAsync" },
 	{ "cuMemAllocFromPoolAsync", 12000, 2, "cuMemAllocFromPoolAsync_ptsz" },
+	{ "cuMemAllocFromPoolAsync", 12000, 0, "cuMemAllocFromPoolAsync" },
+	{ "cuMemPoolCreate", 12000, 0, "cuMemPoolCreate" },
+	{ "cuMemPoolDestroy", 12000, 0, "cuMemPoolDestroy" },
+	{ "cuDeviceGetDefaultMemPool", 12000, 0, "cuDeviceGetDefaultMemPool" },
+	{ "cuDeviceGetMemPool", 12000, 0, "cuDeviceGetMemPool" },
+	{ "cuDeviceSetMemPool", 12000, 0, "cuDeviceSetMemPool" },
+	{ "cuMemGetDefaultMemPool", 13000, 0, "cuMemGetDefaultMemPool" },
+	{ "cuMemGetMemPool", 13000, 0, "cuMemGetMemPool" },
+	{ "cuMemSetMemPool", 13000, 0, "cuMemSetMemPool" },
 	{ "cuMemCreate", 12000, 0, "cuMemCreate" },
 	{ "cuMemRelease", 12000, 0, "cuMemRelease" },
 	{ "cuMemMap", 12000, 0, "cuMemMap" },
@@ -645,6 +661,80 @@ static int cmd_asyncfree(uint64_t mib, const char *variant)
 	say_alloc("free queued, stream held", bytes);
 	__atomic_store_n(&go, 1, __ATOMIC_RELEASE);
 	say_alloc("stream let go", bytes);
+	return 0;
+}
+
+/* Two GPUs, GPU 1's context current: 200 MiB and 200 MiB more through each way of allocating
+ * on GPU 0 without its context (its pools, a stream of its context), freed on that stream;
+ * with no context current; from a pool libvgpu never saw created (then set as GPU 0's
+ * current pool); then GPU 1's own default stream, 900 MiB and 200 MiB more. */
+struct pool_case { const char *name; CUmemoryPool pool; int ptsz; };
+
+static void pool_pair(const char *name, CUmemoryPool pool, int ptsz, CUstream s)
+{
+	CUdeviceptr p[2];
+	for (int i = 0; i < 2; i++) {
+		CUresult r;
+		if (pool != NULL)
+			r = ptsz ? cuMemAllocFromPoolAsync_ptsz(&p[i], 200 * MiB, pool, s)
+				 : cuMemAllocFromPoolAsync(&p[i], 200 * MiB, pool, s);
+		else
+			r = ptsz ? cuMemAllocAsync_ptsz(&p[i], 200 * MiB, s) : cuMemAllocAsync(&p[i], 200 * MiB, s);
+		printf("%s %s = %d\n", name, i ? "second" : "first", r);
+		if (r != CUDA_SUCCESS)
+			p[i] = 0;
+	}
+	for (int i = 0; i < 2; i++)
+		if (p[i] != 0)
+			cuMemFreeAsync(p[i], s);
+	cuStreamSynchronize(s);
+}
+
+static int cmd_pools(const char *via)
+{
+	int by_device = strcmp(via, "device") == 0;
+	CUcontext ctx0, ctx1;
+	CUstream s0;
+	if (cuInit(0) != CUDA_SUCCESS || cuCtxCreate_v2(&ctx0, 0, 0) != CUDA_SUCCESS || cuStreamCreate(&s0, 0) != CUDA_SUCCESS)
+		return 20;
+	CUmemPoolProps props = { .allocType = 1, .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+	CUmemLocation gpu0 = { CU_MEM_LOCATION_TYPE_DEVICE, 0 };
+	CUmemoryPool created, dflt, current, unknown, unknown2, hidden;
+	void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	__typeof__(&cuMemPoolCreate) unhooked_create = (__typeof__(&cuMemPoolCreate))dlsym(drv, "fake_cuMemPoolCreate");
+	__typeof__(&cuDeviceSetMemPool) unhooked_set = (__typeof__(&cuDeviceSetMemPool))dlsym(drv, "fake_cuDeviceSetMemPool");
+	if (unhooked_create == NULL || unhooked_set == NULL || cuMemPoolCreate(&created, &props) != CUDA_SUCCESS ||
+	    unhooked_create(&unknown, &props) != CUDA_SUCCESS || unhooked_create(&unknown2, &props) != CUDA_SUCCESS ||
+	    unhooked_create(&hidden, &props) != CUDA_SUCCESS || unhooked_set(0, hidden) != CUDA_SUCCESS)
+		return 21;
+	/* the current pool is one libvgpu has not seen: it learns it from the getter alone */
+	CUresult r = by_device ? cuDeviceGetDefaultMemPool(&dflt, 0) : cuMemGetDefaultMemPool(&dflt, &gpu0, 1);
+	if (r != CUDA_SUCCESS || (by_device ? cuDeviceGetMemPool(&current, 0) : cuMemGetMemPool(&current, &gpu0, 1)) != CUDA_SUCCESS ||
+	    current != hidden || unhooked_set(0, dflt) != CUDA_SUCCESS)
+		return 22;
+	if (cuCtxCreate_v2(&ctx1, 0, 1) != CUDA_SUCCESS)
+		return 23;
+	const struct pool_case cases[] = {
+		{ "pool created", created, 0 }, { "pool created ptsz", created, 1 }, { "pool default", dflt, 0 },
+		{ "pool current", current, 0 }, { "async stream", NULL, 0 }, { "async stream ptsz", NULL, 1 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		pool_pair(cases[i].name, cases[i].pool, cases[i].ptsz, s0);
+	cuCtxSetCurrent(NULL);
+	pool_pair("no context async", NULL, 0, s0);
+	pool_pair("no context pool", created, 0, s0);
+	cuCtxSetCurrent(ctx1);
+	CUdeviceptr p;
+	printf("unknown pool = %d\n", cuMemAllocFromPoolAsync(&p, MiB, unknown, s0));
+	printf("set unknown pool = %d\n", by_device ? cuDeviceSetMemPool(0, unknown2) : cuMemSetMemPool(&gpu0, 1, unknown2));
+	pool_pair("pool set", unknown2, 0, s0);
+	pool_pair("async stream, set pool", NULL, 0, s0);
+	printf("destroy = %d\n", cuMemPoolDestroy(created));
+	CUdeviceptr q[2];
+	for (int i = 0; i < 2; i++)
+		printf("gpu 1 default stream %s = %d\n", i ? "200 MiB" : "900 MiB",
+		       cuMemAllocAsync(&q[i], (i ? 200 : 900) * MiB, NULL));
+	(void)ctx0;
 	return 0;
 }
 
@@ -1115,6 +1205,8 @@ int main(int argc, char **argv)
 		return cmd_asyncfree(strtoull(argv[2], NULL, 10), argv[3]);
 	if (argc >= 2 && strcmp(argv[1], "stdin") == 0)
 		return cmd_stdin();
+	if (argc >= 3 && strcmp(argv[1], "pools") == 0)
+		return cmd_pools(argv[2]);
 	if (argc >= 5 && strcmp(argv[1], "fork") == 0)
 		return cmd_fork(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
 	if (argc >= 4 && strcmp(argv[1], "fill") == 0)
@@ -1135,6 +1227,6 @@ int main(int argc, char **argv)
 		return cmd_wake(argv[2]);
 	if (argc >= 5 && strcmp(argv[1], "follow") == 0)
 		return cmd_follow(argv[2], argv[3], atoi(argv[4]));
-	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|busy|nvmlviews|fork|fill|launch|graphlaunch|arrays|graphs|limits|wake|follow|vmm|vmmrefs|asyncfree|stdin ...\n");
+	fprintf(stderr, "usage: vgpu_probe routes|init|info|alloc|hold|busy|nvmlviews|fork|fill|launch|graphlaunch|arrays|graphs|limits|wake|follow|vmm|vmmrefs|asyncfree|pools|stdin ...\n");
 	return 2;
 }

@@ -209,6 +209,14 @@ int main(int argc, char **argv)
 		: strcmp(api, "pool") == 0 ? "cuMemAllocFromPoolAsync" : strcmp(api, "vmm") == 0 ? "cuMemCreate"
 		: "cuMemAlloc_v2";
 	void *fn = resolve(sym);
+	void *pool = NULL; /* the pool technique allocates from GPU 0's default pool, got by the same route */
+	if (strcmp(api, "pool") == 0) {
+		CUresult (*default_pool)(void **, int) = resolve("cuDeviceGetDefaultMemPool");
+		if (default_pool == NULL || default_pool(&pool, 0) != 0) {
+			printf("no default memory pool\n");
+			return 3;
+		}
+	}
 	if (fn == NULL && strcmp(sym, "cuMemAlloc") == 0)
 		fn = resolve("cuMemAlloc");
 	if (fn == NULL) {
@@ -232,7 +240,7 @@ int main(int argc, char **argv)
 		} else if (strcmp(api, "async") == 0) {
 			r = ((CUresult(*)(CUdeviceptr *, size_t, void *))fn)(&p, bytes, NULL);
 		} else if (strcmp(api, "pool") == 0) {
-			r = ((CUresult(*)(CUdeviceptr *, size_t, void *, void *))fn)(&p, bytes, NULL, NULL);
+			r = ((CUresult(*)(CUdeviceptr *, size_t, void *, void *))fn)(&p, bytes, pool, NULL);
 		} else if (strcmp(api, "vmm") == 0) {
 			CUmemAllocationProp prop = { .type = 1, .location = { 1, 0 } };
 			r = ((CUresult(*)(unsigned long long *, size_t, const CUmemAllocationProp *, unsigned long long))fn)(

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -85,8 +86,9 @@ func chartRuleFile(t *testing.T, dir string) (string, []string) {
 // self-signed certificate, with a bearer token allowed to get /metrics. Debian's Prometheus is
 // built without Kubernetes discovery, so the test discovers the pods as kubernetes_sd_configs
 // (role pod) with a keep on that port name would, and hands them over in a file (file_sd_configs),
-// each labelled with its pod's component.
-func promScrapeConfig(t *testing.T, dir, tokenFile string) string {
+// each labelled with its pod's component. It returns the scrape config and how many targets of
+// each component it lists.
+func promScrapeConfig(t *testing.T, dir, tokenFile string) (string, map[string]int) {
 	t.Helper()
 	pods, err := kube.CoreV1().Pods(pluginNS).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -97,6 +99,7 @@ func promScrapeConfig(t *testing.T, dir, tokenFile string) string {
 		Labels  map[string]string `json:"labels"`
 	}
 	var groups []group
+	listed := map[string]int{}
 	for _, p := range pods.Items {
 		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || p.Status.PodIP == "" {
 			continue
@@ -106,6 +109,7 @@ func promScrapeConfig(t *testing.T, dir, tokenFile string) string {
 				if port.Name == "metrics" {
 					groups = append(groups, group{Targets: []string{net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port.ContainerPort)))},
 						Labels: map[string]string{"component": p.Labels["app.kubernetes.io/component"]}})
+					listed[p.Labels["app.kubernetes.io/component"]]++
 				}
 			}
 		}
@@ -124,7 +128,7 @@ func promScrapeConfig(t *testing.T, dir, tokenFile string) string {
     authorization: {credentials_file: %q}
     file_sd_configs:
       - files: [%q]
-`, tokenFile, targetsFile)
+`, tokenFile, targetsFile), listed
 }
 
 // promTarget is one of Prometheus's active targets.
@@ -144,17 +148,19 @@ func (p *prometheus) targets() ([]promTarget, error) {
 	return r.Data.ActiveTargets, err
 }
 
-// scrapesAll: every target is up, and they are the plugin and each webhook replica.
-func scrapesAll(targets []promTarget, webhooks int) (bool, error) {
-	count := map[string]int{}
+// scrapesAll: every target listed is up, and they are the plugin and the webhook's replicas.
+func scrapesAll(targets []promTarget, listed map[string]int) (bool, error) {
+	if listed["kubelet-plugin"] != 1 || listed["webhook"] == 0 {
+		return false, fmt.Errorf("pods with a metrics port by component %v, want 1 kubelet-plugin and a webhook", listed)
+	}
+	up := map[string]int{}
 	for _, tg := range targets {
 		if tg.Health != "up" {
 			return false, fmt.Errorf("target %v is %s: %s", tg.Labels, tg.Health, tg.LastError)
 		}
-		count[tg.Labels["component"]]++
+		up[tg.Labels["component"]]++
 	}
-	return count["kubelet-plugin"] == 1 && count["webhook"] == webhooks && len(targets) == 1+webhooks,
-		fmt.Errorf("targets by component %v, want 1 kubelet-plugin and %d webhook", count, webhooks)
+	return maps.Equal(up, listed), fmt.Errorf("targets up by component %v, listed %v", up, listed)
 }
 
 // promSample is one series of an instant query's answer.

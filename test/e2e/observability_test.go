@@ -438,7 +438,8 @@ func startPrometheus(t *testing.T) *prometheus {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	config := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - %s\nscrape_configs:\n", rules) + promScrapeConfig(t, dir, tokenFile)
+	scrape, listed := promScrapeConfig(t, dir, tokenFile)
+	config := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - %s\nscrape_configs:\n", rules) + scrape
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +470,6 @@ func startPrometheus(t *testing.T) *prometheus {
 		logFile.Close()
 	})
 	p := &prometheus{url: "http://127.0.0.1:" + strconv.Itoa(port)}
-	webhooks := len(webhookPods(t))
 	eventually(t, defaultTimeout, "prometheus ready and scraping the plugin and the webhook", func() (bool, error) {
 		select {
 		case <-exited:
@@ -481,7 +481,7 @@ func startPrometheus(t *testing.T) *prometheus {
 		if err != nil {
 			return false, err
 		}
-		return scrapesAll(targets, webhooks)
+		return scrapesAll(targets, listed)
 	})
 	loaded, err := p.alertingRules()
 	if err != nil || !slices.Equal(loaded, alerts) || len(alerts) < 6 {

@@ -71,8 +71,18 @@ func NewEnforcementMetrics(reg metrics.KubeRegistry) *EnforcementMetrics {
 		}, []string{"result"}),
 	}
 	reg.MustRegister(m.Actions, m.ReactionSeconds, m.PassSeconds, m.ForeignProcesses, m.ReadErrors, m.ThrottledContainers, m.ArbiterWakes)
+	// The kills are 0 from the start, so that the chart's VGPUEnforcerKilledProcesses
+	// (increase() over the kill series) sees the first kill of each reason: a series that
+	// appears at 1 is no increase to Prometheus.
+	for _, reason := range KillReasons {
+		m.Actions.WithLabelValues("kill", reason)
+	}
 	return m
 }
+
+// KillReasons are the reasons the enforcer kills for (pkg/enforce's Reason*, which this
+// package cannot import): over-limit, unregistered, foreign.
+var KillReasons = []string{"over-limit", "unregistered", "foreign"}
 
 // Action counts one action.
 func (m *EnforcementMetrics) Action(action, reason string) {

@@ -114,9 +114,10 @@ func TestEnforcer(t *testing.T) {
 	}
 }
 
-// misbehaving are the pods the suite makes go over their limits on purpose (TestEnforcer): the
-// only ones the enforcer may raise events on (TestMain's false-positive check).
-var misbehaving = map[string]bool{"enf-over": true, "enf-unreg": true, "enf-busy": true}
+// misbehaving are the pods the suite makes go over their limits on purpose (TestEnforcer, and
+// TestObservability's obs-b for the kill alert): the only ones the enforcer may raise events on
+// (TestMain's false-positive check).
+var misbehaving = map[string]bool{"enf-over": true, "enf-unreg": true, "enf-busy": true, "obs-b": true}
 
 // setProcessMemory tells the simulated GPU that the host process pid holds bytes of it.
 func setProcessMemory(t *testing.T, uuid string, pid int, bytes uint64) {

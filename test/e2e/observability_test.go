@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,12 +46,19 @@ type obsShare struct {
 
 // TestObservability: two pods share the simulated GPU, each holding memory through the real
 // libvgpu.so (vgpu_probe over the fake driver). The plugin's /metrics shows both containers
-// with their limits and usage, kubectl vgpu shows the GPU with both shares and what is left, a
-// real Prometheus scraping the plugin with the chart's own rule file fires the near-the-limit
-// alert for the container over 90 %, and once the pods are deleted their series are gone.
+// with their limits and usage, and kubectl vgpu shows the GPU with both shares and what is
+// left. A real Prometheus scrapes the plugin and the webhook as the chart's README says, with the
+// chart's PrometheusRule: the alerts the local cluster can provoke fire together (a container
+// over 90 %, a refused allocation, an enforcer kill, an unhealthy GPU), every query of the
+// chart's dashboard has data, and the alerts resolve once their cause is gone; once the pods are
+// deleted their series are gone.
 func TestObservability(t *testing.T) {
 	installChart(t)
 	ensureNamespace(t)
+	// Started before the pods, Prometheus sees their Prepares and registrations (the
+	// dashboard's rates), and the near-limit alert's minute runs beside the checks below.
+	prom := startPrometheus(t)
+	promStart := time.Now()
 	shares := []obsShare{
 		{name: "obs-a", memory: "10Gi", memoryBytes: 10 << 30, cores: 30, holdMiB: 9400}, // 91.8 %: the alert fires
 		{name: "obs-b", memory: "4Gi", memoryBytes: 4 << 30, cores: 20, holdMiB: 1024},   // 25 %: it does not
@@ -71,9 +79,9 @@ func TestObservability(t *testing.T) {
 		pids[s.name] = pidLines(execIn(t, s.name, "cat /etc/vgpu-dra/config/pids.config"))
 	}
 	metricsTarget := net.JoinHostPort(pluginPodIP(t), "8080")
+	uuid := gpuUUID(t)
 
 	t.Run("metrics-show-both-containers", func(t *testing.T) {
-		uuid := gpuUUID(t)
 		for _, s := range shares {
 			wantCores := 0.0
 			for _, pid := range pids[s.name] {
@@ -150,34 +158,100 @@ func TestObservability(t *testing.T) {
 		checkMetricsRefused(t, metricsTarget)
 	})
 
-	t.Run("prometheus-fires-the-near-limit-alert", func(t *testing.T) {
-		prom := startPrometheus(t, metricsTarget)
-		start := time.Now()
-		// The rule holds for 1 minute before it fires: a limit that covers it, the scrapes and
-		// the evaluations around it.
-		var firing []promAlert
-		eventually(t, 4*time.Minute, "VGPUContainerNearMemoryLimit firing for obs-a", func() (bool, error) {
-			alerts, err := prom.alerts()
-			if err != nil {
-				return false, err
-			}
-			firing = firing[:0]
-			for _, a := range alerts {
-				if a.Labels["alertname"] == "VGPUContainerNearMemoryLimit" {
-					if a.Labels["pod"] == "obs-b" {
-						t.Fatalf("the alert is %s for obs-b, at 25 %% of its limit: %+v", a.State, a)
-					}
-					if a.State == "firing" {
-						firing = append(firing, a)
-					}
-				}
-			}
-			return len(firing) == 1 && firing[0].Labels["pod"] == "obs-a", fmt.Errorf("alerts %+v", alerts)
+	t.Run("prometheus-scrapes-the-webhook", func(t *testing.T) {
+		// The pods above went through the webhook (patched): its series are in Prometheus.
+		eventually(t, defaultTimeout, "the webhook's admissions in Prometheus", func() (bool, error) {
+			r, err := prom.query(`sum by (component) (vgpu_dra_webhook_admissions_total{component="webhook",kind="Pod",decision="patched"})`)
+			return err == nil && len(withData(r)) == 1, fmt.Errorf("%+v %v", r, err)
 		})
-		t.Logf("fired %v after Prometheus started: %s", time.Since(start).Round(time.Second), firing[0].Annotations["summary"])
+	})
+
+	provoked := []wantAlert{
+		{"VGPUContainerNearMemoryLimit", map[string]string{"pod": "obs-a", "namespace": testNS, "claim": "obs-a", "severity": "warning"}},
+		{"VGPUMemoryAllocationsRefused", map[string]string{"pod": "obs-b", "namespace": testNS, "claim": "obs-b", "severity": "warning"}},
+		{"VGPUEnforcerKilledProcesses", map[string]string{"action": "kill", "reason": "over-limit", "component": "kubelet-plugin", "severity": "warning"}},
+		{"VGPUDeviceUnhealthy", map[string]string{"device": "gpu-0", "gpu_uuid": uuid, "severity": "critical"}},
+	}
+	t.Run("prometheus-fires-the-alerts", func(t *testing.T) {
+		// obs-b asks for more than its limit leaves (1 GiB held of 4 GiB): refused.
+		out := probeOutput(execIn(t, "obs-b", `FAKE_GPU_DEVICES="$MANAGER_VISIBLE_DEVICE_0:144384" vgpu_probe alloc 4096 2>/dev/null; echo "exit $?"`))
+		if out != "alloc 4096 MiB = 2\nexit 0\n" {
+			t.Fatalf("vgpu_probe alloc 4096 in obs-b printed %q, want it refused (2)", out)
+		}
+		// The GPU says obs-b's holding probe has 6 GiB, past its 4 GiB and the slack: the
+		// enforcer kills it (obs-b is one of the suite's misbehaving pods).
+		holder := hostPID(t, "obs-b", "vgpu_probe")
+		setProcessMemory(t, uuid, holder, 6<<30)
+		eventually(t, 30*time.Second, "obs-b's probe killed", func() (bool, error) {
+			_, err := os.Stat(fmt.Sprintf("/proc/%d", holder))
+			return os.IsNotExist(err), err
+		})
+		// An XID makes the GPU unhealthy (NoSchedule: the pods keep running).
+		controlPOST(t, "/gpus/"+uuid+"/xid/92")
+		provokedAt := time.Now()
+		for name, why := range notProvoked {
+			t.Logf("%s is not provoked here: %s (test/monitoring/alerts_test.yaml covers it)", name, why)
+		}
+		// The near-limit rule holds for 1 minute (counted from obs-a's first sample over 90 %);
+		// the others fire at the next evaluation. A limit that covers it, the scrapes and the
+		// evaluations around it.
+		fired := prom.waitAlertsFiring(t, 3*time.Minute, provoked, func(a promAlert) bool {
+			// obs-a's near-limit alert while pending.
+			return provoked[0].matches(a)
+		})
+		t.Logf("all %d fired %v after Prometheus started, %v after the last was provoked", len(provoked),
+			time.Since(promStart).Round(time.Second), time.Since(provokedAt).Round(time.Second))
+		for _, a := range fired {
+			t.Logf("%s firing: %s", a.Labels["alertname"], a.Annotations["summary"])
+		}
+	})
+
+	t.Run("every-dashboard-query-has-data", func(t *testing.T) {
+		queries := dashboardQueries(t)
+		if len(queries) < 10 {
+			t.Fatalf("the dashboard has %d queries, want its panels' (at least 10)", len(queries))
+		}
+		for _, q := range queries {
+			r, err := prom.query(q.expr)
+			if err != nil {
+				t.Errorf("panel %q: %s: %v", q.panel, q.expr, err)
+				continue
+			}
+			data := withData(r)
+			switch why := noDataReason(q); {
+			case why == "" && len(data) == 0:
+				t.Errorf("panel %q shows nothing: %s returned %v", q.panel, q.expr, r)
+			case why != "" && len(data) > 0:
+				t.Errorf("panel %q: %s has data %v, though listed as having none here (%s)", q.panel, q.expr, data, why)
+			case why != "":
+				t.Logf("panel %q: %s has no data here: %s", q.panel, q.expr, why)
+			}
+		}
+	})
+
+	t.Run("prometheus-resolves-the-device-alert", func(t *testing.T) {
+		// Healthy again without a reset (a reset is fatal: NoExecute would evict the pods).
+		controlPOST(t, "/gpus/"+uuid+"/healthy")
+		prom.waitAlertGone(t, 30*time.Second, provoked[3])
+		// The other alerts' causes are still there: obs-a still over 90 %.
+		if !prom.firing(t, provoked[0]) {
+			t.Errorf("%s stopped firing while obs-a still holds its memory", provoked[0].name)
+		}
+		// The two alerts over a counter's increase() stay for their window after the last
+		// refusal or kill (5 and 10 minutes) by design; promtool's tests see them resolve.
+		t.Logf("VGPUMemoryAllocationsRefused and VGPUEnforcerKilledProcesses resolve 5 and 10 minutes after the event (their increase() window): not waited for here")
+	})
+	t.Cleanup(func() {
+		// Whatever failed above, the GPU is healthy again for the tests that follow.
+		if resp, err := controlClient().Post("http://localhost/gpus/"+uuid+"/healthy", "text/plain", nil); err == nil {
+			resp.Body.Close()
+		}
 	})
 
 	t.Run("series-vanish-with-the-pods", func(t *testing.T) {
+		if !prom.firing(t, provoked[0]) {
+			t.Fatalf("%s is not firing before obs-a is deleted", provoked[0].name)
+		}
 		for _, s := range shares {
 			deletePod(t, s.name)
 		}
@@ -196,6 +270,8 @@ func TestObservability(t *testing.T) {
 			_, gpuThere := seriesValue(m, "vgpu_dra_gpu_healthy", map[string]string{"device": "gpu-0"})
 			return gpuThere, fmt.Errorf("the GPU's series went too")
 		})
+		// Its container's series gone, obs-a's near-limit alert resolves.
+		prom.waitAlertGone(t, 30*time.Second, provoked[0])
 	})
 }
 
@@ -339,11 +415,13 @@ type promAlert struct {
 	State       string            `json:"state"`
 }
 
-// startPrometheus runs /usr/bin/prometheus scraping target every second with the chart's rule
-// file, evaluated every second, and stops it when the test ends (SIGTERM, SIGKILL after 10 s).
-// It scrapes as the chart's README says to: HTTPS without verifying the self-signed
-// certificate, with the token of a service account bound to <release>-metrics-reader.
-func startPrometheus(t *testing.T, target string) *prometheus {
+// startPrometheus runs /usr/bin/prometheus scraping the chart's pods every second
+// (promScrapeConfig: the kubelet plugin's and each webhook replica's /metrics) with the chart's
+// rendered PrometheusRule as its rule file, evaluated every second, and stops it when the test
+// ends (SIGTERM, SIGKILL after 10 s). It scrapes as the chart's README says to: HTTPS without
+// verifying the self-signed certificate, with the token of a service account bound to
+// <release>-metrics-reader. It returns once every target is up and every rule loaded.
+func startPrometheus(t *testing.T) *prometheus {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -351,7 +429,7 @@ func startPrometheus(t *testing.T, target string) *prometheus {
 	}
 	dir := t.TempDir()
 	port := freePort(t)
-	rules := filepath.Join(repoRoot, "deployments", "helm", "vgpu-dra", "files", "alerts.yaml")
+	rules, alerts := chartRuleFile(t, dir)
 	token, err := scraper.Token(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -360,9 +438,8 @@ func startPrometheus(t *testing.T, target string) *prometheus {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	config := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - %s\nscrape_configs:\n  - job_name: vgpu-dra\n"+
-		"    scheme: https\n    tls_config: {insecure_skip_verify: true}\n    authorization: {credentials_file: %q}\n"+
-		"    static_configs:\n      - targets: [%q]\n", rules, tokenFile, target)
+	scrape, listed := promScrapeConfig(t, dir, tokenFile)
+	config := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - %s\nscrape_configs:\n", rules) + scrape
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -393,23 +470,23 @@ func startPrometheus(t *testing.T, target string) *prometheus {
 		logFile.Close()
 	})
 	p := &prometheus{url: "http://127.0.0.1:" + strconv.Itoa(port)}
-	eventually(t, defaultTimeout, "prometheus ready and scraping the plugin", func() (bool, error) {
+	eventually(t, defaultTimeout, "prometheus ready and scraping the plugin and the webhook", func() (bool, error) {
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(logFile.Name())
 			t.Fatalf("prometheus exited:\n%s", log)
 		default:
 		}
-		var r struct {
-			Data struct {
-				ActiveTargets []struct{ Health, LastError string } `json:"activeTargets"`
-			} `json:"data"`
-		}
-		if err := p.get("/api/v1/targets", &r); err != nil {
+		targets, err := p.targets()
+		if err != nil {
 			return false, err
 		}
-		return len(r.Data.ActiveTargets) == 1 && r.Data.ActiveTargets[0].Health == "up", fmt.Errorf("targets %+v", r.Data.ActiveTargets)
+		return scrapesAll(targets, listed)
 	})
+	loaded, err := p.alertingRules()
+	if err != nil || !slices.Equal(loaded, alerts) || len(alerts) < 6 {
+		t.Fatalf("prometheus loaded the alerting rules %v (%v), the chart's PrometheusRule has %v", loaded, err, alerts)
+	}
 	return p
 }
 

@@ -23,17 +23,24 @@ state_dir_fstype() {
 }
 
 fill() {
-  local i=0 err
+  local i=0 err try
   [[ "$(state_dir_fstype)" == tmpfs ]] ||
     die "${PLUGIN_STATE_DIR} is not the chaos suite's own tmpfs (cluster-up with VGPU_DRA_STATE_DIR_SIZE): refusing to fill it"
   mkdir -p "${FILL_DIR}"
-  # Every block, then every inode (a directory on tmpfs takes an inode and no block).
-  dd if=/dev/zero of="${FILL_DIR}/blocks" bs=1M status=none 2>/dev/null || true
-  while : 2>/dev/null >"${FILL_DIR}/inode-${i}"; do i=$((i + 1)); done
-  if err="$(mkdir "${FILL_DIR}/probe" 2>&1)"; then
-    die "${PLUGIN_STATE_DIR} still takes a new directory after filling it"
-  fi
-  log "filled ${PLUGIN_STATE_DIR} ($((i)) inodes taken; mkdir now says: ${err##*: })"
+  # Every block, then every inode (a directory on tmpfs takes an inode and no block). The
+  # plugin frees some while this runs (an unprepared claim's directory is removed in the
+  # background, a checkpoint's temporary file renamed away): a probe that still gets a
+  # directory keeps it, and the fill goes on, a few times before it gives up.
+  for try in 1 2 3 4 5; do
+    dd if=/dev/zero of="${FILL_DIR}/blocks-${try}" bs=1M status=none 2>/dev/null || true
+    while : 2>/dev/null >"${FILL_DIR}/inode-${i}"; do i=$((i + 1)); done
+    if ! err="$(mkdir "${FILL_DIR}/probe-${try}" 2>&1)"; then
+      log "filled ${PLUGIN_STATE_DIR} ($((i)) inodes taken, ${try} round(s); mkdir now says: ${err##*: })"
+      return 0
+    fi
+  done
+  free # never leave the node's state full behind a failed injection
+  die "${PLUGIN_STATE_DIR} still takes a new directory after filling it ${try} times"
 }
 
 free() {

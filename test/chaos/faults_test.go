@@ -205,8 +205,9 @@ func (s *suite) containerdFault() fault {
 			// gRPC's status for a server that went away (connection refused or reset, preface
 			// not read, transport closing).
 			regexp.MustCompile(`rpc error: code = Unavailable`),
-			// The bare transport error of a stream cut mid-call.
-			regexp.MustCompile(`error reading from server: EOF`),
+			// The bare transport error of a stream cut mid-call: the socket closed (EOF) or, when
+			// the kill lands while the kubelet's request is still unread, reset by the kernel.
+			regexp.MustCompile(`error reading from server: (EOF|(read unix \S+ )?connection reset by peer)`),
 			// The kubelet's event for an image it could not inspect while containerd was down
 			// carries only the reason; the container's waiting message beside it, checked too,
 			// names containerd's socket.

@@ -12,6 +12,11 @@ void core_bucket_init(struct core_bucket *b, uint64_t now_ns)
 	atomic_store(&b->throttled, 0);
 	atomic_store(&b->integral, 0);
 	atomic_store(&b->util_seen_us, 0);
+	atomic_store(&b->launches, 0);
+	atomic_store(&b->acc_busy_us, 0);
+	atomic_store(&b->acc_window_ns, 0);
+	for (int i = 0; i < 5; i++)
+		b->reserved[i] = 0;
 }
 
 static void refill(struct core_bucket *b, uint64_t now_ns)
@@ -42,6 +47,7 @@ uint64_t core_bucket_take(struct core_bucket *b, uint64_t cost, uint64_t now_ns)
 	int64_t before = atomic_fetch_sub_explicit(&b->tokens, (int64_t)cost, memory_order_relaxed);
 	if (before > 0) {
 		atomic_fetch_add_explicit(&b->spent, cost, memory_order_relaxed);
+		atomic_fetch_add_explicit(&b->launches, 1, memory_order_relaxed);
 		return 0;
 	}
 	atomic_fetch_add_explicit(&b->tokens, (int64_t)cost, memory_order_relaxed);
@@ -64,29 +70,79 @@ int core_bucket_control_due(struct core_bucket *b, uint64_t now_ns, uint64_t per
 	return atomic_compare_exchange_strong(&b->next_control_ns, &due, now_ns + period_ns);
 }
 
+/* Whether a share is so far above its goal that the direction of the change is sure: above
+ * goal + max(20, min(goal, (100 - goal) / 2)) points. It is there because the GPU time a block
+ * stands for grew many-fold (the workload changed shape), not by noise. */
+static int far_above(double util, double goal)
+{
+	double up = (100 - goal) / 2;
+	double far = goal < up ? goal : up;
+	return util > goal + (far > 20 ? far : 20);
+}
+
+/* Whether the window gathered since the last rate change is worth a change. Launches are
+ * counted when they are made, their GPU time is sampled over the following kernel time, up to
+ * 167 ms later and read 50 ms after that: a window of a few launches pairs the blocks of one
+ * with the busy time of another (a 500 ms GEMM launched just before a window's end is all
+ * blocks and no busy time). So the window grows until it holds VGPU_CORE_WINDOW_LAUNCHES
+ * launches, which makes that pairing error at most one launch in that many, or
+ * VGPU_CORE_WINDOW_MAX_NS; a share far above its goal acts on its first launch. */
+static int window_ready(uint64_t launches, uint64_t window_ns, double util_pct, double goal)
+{
+	if (launches >= VGPU_CORE_WINDOW_LAUNCHES || window_ns >= VGPU_CORE_WINDOW_MAX_NS)
+		return 1;
+	return launches > 0 && far_above(util_pct, goal);
+}
+
 void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct, uint64_t window_ns)
 {
 	if (util_pct < 0 || window_ns == 0)
 		return; /* no measurement: keep the rate and the counts; refill goes on by time */
-	uint64_t spent = atomic_exchange(&b->spent, 0);
-	uint64_t throttled = atomic_exchange(&b->throttled, 0);
-	uint64_t loaded = atomic_load(&b->rate);
-	double rate = (double)loaded;
-	double window_s = (double)window_ns / 1e9;
+	if (util_pct > 100)
+		util_pct = 100;
+	uint64_t acc_window = atomic_fetch_add(&b->acc_window_ns, window_ns) + window_ns;
+	uint64_t busy_add = (uint64_t)(util_pct * (double)window_ns / 1e5); /* pp * ns / 100 / 1000 */
+	uint64_t acc_busy = atomic_fetch_add(&b->acc_busy_us, busy_add) + busy_add;
+	/* The bucket is in a file the container's processes can write: a gathered window that
+	 * wrapped, or more busy time than time, is the container's own harm, never a NaN here. */
+	if (acc_window < window_ns || acc_window > 100 * VGPU_CORE_WINDOW_MAX_NS || acc_busy > acc_window / 1000) {
+		atomic_store(&b->acc_window_ns, window_ns);
+		atomic_store(&b->acc_busy_us, busy_add);
+		acc_window = window_ns;
+		acc_busy = busy_add;
+	}
+	double window_s = (double)acc_window / 1e9;
+	double util = (double)acc_busy / 1e4 / window_s; /* busy us / window us * 100 */
 	double target = target_pct;
 
-	/* Integral of the error (pp * s), bounded so that a long idle period cannot wind it up. */
 	double integral = (double)atomic_load(&b->integral) / 1e6;
+	double goal = target + 0.5 * integral;
+	if (goal < target * 0.5)
+		goal = target * 0.5;
+	if (goal > 100)
+		goal = 100;
+	if (!window_ready(atomic_load(&b->launches), acc_window, util, goal))
+		return; /* gather more: the counts and the busy time go on adding up */
+
+	uint64_t spent = atomic_exchange(&b->spent, 0);
+	uint64_t throttled = atomic_exchange(&b->throttled, 0);
+	atomic_store(&b->launches, 0);
+	atomic_fetch_sub(&b->acc_window_ns, acc_window);
+	atomic_fetch_sub(&b->acc_busy_us, acc_busy);
+	uint64_t loaded = atomic_load(&b->rate);
+	double rate = (double)loaded;
+
+	/* Integral of the error (pp * s), bounded so that a long idle period cannot wind it up. */
 	/* Integrate only near the target: large errors (start-up, load changes) are the
 	 * feed-forward's job, and winding the integral up there would overshoot afterwards. */
-	if ((throttled > 0 || util_pct > target) && fabs(target - util_pct) < 10)
-		integral += (target - util_pct) * window_s;
+	if ((throttled > 0 || util > target) && fabs(target - util) < 10)
+		integral += (target - util) * (window_s < 0.2 ? window_s : 0.2);
 	if (integral > 30)
 		integral = 30;
 	if (integral < -30)
 		integral = -30;
 	atomic_store(&b->integral, (int64_t)(integral * 1e6));
-	double goal = target + 0.5 * integral;
+	goal = target + 0.5 * integral;
 	if (goal < target * 0.5)
 		goal = target * 0.5;
 	if (goal > 100)
@@ -94,13 +150,19 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 
 	double next = rate;
 	double spent_rate = (double)spent / window_s;
-	if (util_pct >= 0.5 && spent > 0) {
+	if (util >= 0.5 && spent > 0) {
 		/* feed-forward: the rate that would have produced the goal in this window */
-		double ideal = spent_rate * goal / util_pct;
+		double ideal = spent_rate * goal / util;
 		if (throttled == 0 && ideal > rate)
 			ideal = rate; /* not limited by us: the workload, not the rate, set u */
-		next = sqrt(rate * ideal); /* geometric step: halfway in log space */
-	} else if (throttled > 0 && util_pct < 0.5) {
+		/* A window of a second or more is long against the measurement's lag (a sample is
+		 * read up to 217 ms after the work it covers); a share far above its goal moves in a
+		 * sure direction; at a saturated GPU (99 % and more) the measured share is a lower
+		 * bound of the demand, so the ideal rate an upper bound of the right one: the step
+		 * goes all the way there (at most 4-fold). Otherwise it goes halfway in log space: a
+		 * full step on a lagging measurement oscillates. */
+		next = window_s >= 1.0 || far_above(util, goal) || util >= 99 ? ideal : sqrt(rate * ideal);
+	} else if (throttled > 0 && util < 0.5) {
 		next = rate * 2; /* throttled yet nothing measured as busy: the rate is far too low */
 	} /* busy but nothing launched in the window: the work of earlier launches, rate kept */
 	if (next < rate / 4)
@@ -114,6 +176,12 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 	/* A retarget meanwhile (another thread or process saw the allowance change) wins: its rate
 	 * is for the new target, this step's for the old one. */
 	atomic_compare_exchange_strong(&b->rate, &loaded, (uint64_t)next);
+}
+
+void core_bucket_let_through(struct core_bucket *b, uint64_t cost)
+{
+	atomic_fetch_add_explicit(&b->spent, cost, memory_order_relaxed);
+	atomic_fetch_add_explicit(&b->launches, 1, memory_order_relaxed);
 }
 
 static double clamp_rate(double r)

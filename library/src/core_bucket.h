@@ -22,6 +22,8 @@
 #define VGPU_CORE_MIN_RATE 64ull            /* blocks/s floor */
 #define VGPU_CORE_MAX_RATE (1ull << 40)
 #define VGPU_CORE_INITIAL_RATE 200000ull    /* blocks/s before the first measurement */
+#define VGPU_CORE_WINDOW_LAUNCHES 8ull   /* a controller window holds this many launches... */
+#define VGPU_CORE_WINDOW_MAX_NS 5000000000ull /* ...or lasts this long */
 #define VGPU_CORE_QUIET_NS 1000000000ull    /* no sample of the container ever, for this long: idle */
 
 struct core_bucket {
@@ -33,9 +35,16 @@ struct core_bucket {
 	_Atomic uint64_t throttled;     /* denied takes since the last control step */
 	_Atomic int64_t integral;       /* controller state, (target - u) * seconds * 1e6 */
 	_Atomic uint64_t util_seen_us;  /* NVML lastSeenTimeStamp of the last measurement */
+	/* The measurement window the controller is gathering (see core_bucket_control): launches
+	 * and blocks counted since the last rate change (spent above), and the busy time and
+	 * length of the measured windows since then. */
+	_Atomic uint64_t launches;
+	_Atomic uint64_t acc_busy_us;   /* sum of util (pp) * window (us) / 100: busy microseconds */
+	_Atomic uint64_t acc_window_ns;
+	uint64_t reserved[5];           /* zero */
 };
 
-_Static_assert(sizeof(struct core_bucket) == 64, "core bucket layout");
+_Static_assert(sizeof(struct core_bucket) == 128, "core bucket layout");
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the bucket needs lock-free 64-bit atomics");
 
 void core_bucket_init(struct core_bucket *b, uint64_t now_ns);
@@ -43,6 +52,11 @@ void core_bucket_init(struct core_bucket *b, uint64_t now_ns);
 /* Takes cost blocks. Returns 0 when the launch may go, else how long to wait before
  * trying again (ns). */
 uint64_t core_bucket_take(struct core_bucket *b, uint64_t cost, uint64_t now_ns);
+
+/* A launch let through after waiting core_bucket_max_wait_ns without tokens: not charged to
+ * the bucket (never a debt it cannot pay), but counted for the controller, whose measured busy
+ * time includes it. */
+void core_bucket_let_through(struct core_bucket *b, uint64_t cost);
 
 /* Elects one caller per period to run the controller: 1 for the winner. */
 int core_bucket_control_due(struct core_bucket *b, uint64_t now_ns, uint64_t period_ns);

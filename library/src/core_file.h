@@ -2,7 +2,9 @@
  * 64-byte bucket per device (by the GPU's position in vgpu.config). Nothing in it is keyed by
  * a process: the buckets are shared by whoever launches. Created complete under a temporary
  * name and linked into place (shm_file.h), so a SIGKILL during creation leaves no
- * half-written file. */
+ * half-written file. A new version is a new name: processes of an older library in the same
+ * container (none in practice: the library is the container's, mounted at its creation) keep
+ * their own file. */
 #ifndef VGPU_CORE_FILE_H
 #define VGPU_CORE_FILE_H
 
@@ -12,9 +14,9 @@
 #include "config.h"
 #include "core_bucket.h"
 
-#define CORE_FILE_NAME "core.v2"
+#define CORE_FILE_NAME "core.v3" /* v3: 128-byte buckets (the controller's gathered window) */
 #define CORE_FILE_MAGIC 0x43504756u /* "VGPC" */
-#define CORE_FILE_VERSION 2u
+#define CORE_FILE_VERSION 3u
 
 struct core_file {
 	uint32_t magic, version, header_size, nbuckets; /* magic written last */
@@ -28,7 +30,7 @@ struct core_file {
 _Static_assert(offsetof(struct core_file, rate_target) == 16, "core file layout");
 _Static_assert(sizeof(_Atomic uint8_t) == 1, "core file layout");
 _Static_assert(offsetof(struct core_file, bucket) == 64, "core file layout");
-_Static_assert(sizeof(struct core_file) == 64 + 64 * VGPU_MAX_DEVICES, "core file layout");
+_Static_assert(sizeof(struct core_file) == 64 + 128 * VGPU_MAX_DEVICES, "core file layout");
 
 /* Returns the buckets (mapped shared), or NULL with a message. Every access to them is made
  * inside a SIGBUS guard (shm_guard.h): another process of the claim can truncate the file. */

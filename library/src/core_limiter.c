@@ -159,9 +159,11 @@ static CUresult wait_for_tokens(int index, struct core_bucket *b, _Atomic uint8_
 		if (wait == 0 || waited >= max_wait) {
 			if (waited > 0)
 				atomic_store_explicit(&seen[index].last_launch_ns, now, memory_order_relaxed);
-			if (wait != 0)
+			if (wait != 0) {
+				core_bucket_let_through(b, blocks); /* counted for the controller */
 				vgpu_log_debug("core limit: launch let through after %llu ms of waiting",
 					       (unsigned long long)(waited / 1000000));
+			}
 			return CUDA_SUCCESS; /* never hold a launch forever */
 		}
 		vgpu_sleep_ns(wait);

@@ -104,7 +104,12 @@ int vgpu_nvml_container_util(nvmlDevice_t dev, const struct vgpu_pids *pids, uin
 		return -1;
 	}
 	uint64_t newest = *last_seen_us;
-	vgpu_util_from_samples(s, n, pids, *last_seen_us, &newest, util_pct);
+	/* The driver's sampling period, learnt from the samples (vgpu_util_from_samples): one
+	 * for the process, as the driver samples every GPU at the same period. */
+	static _Atomic uint64_t period_us;
+	uint64_t period = atomic_load_explicit(&period_us, memory_order_relaxed);
+	vgpu_util_from_samples(s, n, pids, *last_seen_us, &newest, util_pct, &period);
+	atomic_store_explicit(&period_us, period, memory_order_relaxed);
 	free(s);
 	*last_seen_us = newest;
 	return 0;

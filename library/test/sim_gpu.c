@@ -60,7 +60,7 @@ static double nvml_container_util(struct sim_gpu *g, struct sim_container *ct, i
 	}
 	uint64_t prev = ct->last_seen_us, seen = prev;
 	double util = 0;
-	vgpu_util_from_samples(s, n, &pids, prev, &seen, &util);
+	vgpu_util_from_samples(s, n, &pids, prev, &seen, &util, &ct->period_us);
 	if (seen == prev)
 		return -1;
 	ct->last_seen_us = seen;
@@ -94,6 +94,7 @@ static int gate(struct sim_gpu *g, struct sim_proc *p, uint64_t *retry_ns)
 		p->held_since_ns = now;
 	if (now - p->held_since_ns >= core_bucket_max_wait_ns(ct->target_pct)) {
 		p->held_since_ns = 0;
+		core_bucket_let_through(b, p->next.blocks);
 		return 1; /* never held longer: let through uncharged, as core_limiter.c does */
 	}
 	*retry_ns = wait;

@@ -64,6 +64,7 @@ struct sim_container {
 	struct core_bucket bucket;
 	int target_pct;
 	uint64_t last_seen_us; /* what core_limiter.c keeps in the bucket */
+	uint64_t period_us;    /* the NVML sampling period nvml_usage.c learnt */
 	struct core_quiet quiet; /* core_limiter.c's per-process view of a never-measured bucket */
 	double busy[SIM_NBINS]; /* ns of GPU time per 1 ms bin */
 };

@@ -153,6 +153,67 @@ static void test_retarget(void)
 	}
 }
 
+/* The controller's window: measurements of a window with fewer than VGPU_CORE_WINDOW_LAUNCHES
+ * launches add up instead of moving the rate (their blocks and their busy time are seldom the
+ * same launches'), unless the share is far above its goal; a launch let through after its
+ * longest wait counts for the window; at 5 s the window is taken whatever it holds. */
+static void test_window(void)
+{
+	struct core_bucket b;
+	core_bucket_init(&b, 0);
+	uint64_t rate = atomic_load(&b.rate);
+	CHECK(core_bucket_take(&b, 1000, 1000) == 0, "the first launch goes");
+	core_bucket_control(&b, 30, 45, 166666667);
+	CHECK_EQ_U64(atomic_load(&b.rate), rate);
+	CHECK_EQ_U64(atomic_load(&b.launches), 1);
+	CHECK(atomic_load(&b.acc_window_ns) == 166666667, "window gathered: %llu ns",
+	      (unsigned long long)atomic_load(&b.acc_window_ns));
+	for (int i = 0; i < 6; i++)
+		core_bucket_let_through(&b, 1000);
+	core_bucket_control(&b, 30, 15, 166666667);
+	CHECK_EQ_U64(atomic_load(&b.rate), rate);
+	CHECK_EQ_U64(atomic_load(&b.spent), 7000);
+	core_bucket_let_through(&b, 1000); /* the 8th launch of the window */
+	core_bucket_control(&b, 30, 30, 166666667);
+	/* 8,000 blocks in 0.5 s at 30 % share: the goal (30 %) is met at 16,000 blocks/s; a
+	 * half-second window moves halfway there in log space */
+	uint64_t want = (uint64_t)sqrt((double)rate * 16000.0);
+	CHECK(atomic_load(&b.rate) + 2 >= want && atomic_load(&b.rate) <= want + 2, "rate %llu, want %llu",
+	      (unsigned long long)atomic_load(&b.rate), (unsigned long long)want);
+	CHECK(atomic_load(&b.launches) == 0 && atomic_load(&b.spent) == 0 && atomic_load(&b.acc_window_ns) == 0 &&
+		      atomic_load(&b.acc_busy_us) == 0,
+	      "the window starts again after a change");
+
+	/* far above the goal: the first launch is enough, and the step goes all the way (at
+	 * most 4-fold): 1,000 blocks in 0.1 s at 90 % against a goal of 30 % */
+	core_bucket_init(&b, 0);
+	atomic_store(&b.rate, 40000);
+	CHECK(core_bucket_take(&b, 1000, 1000) == 0, "a launch goes");
+	core_bucket_control(&b, 30, 90, 100000000);
+	CHECK_EQ_U64(atomic_load(&b.rate), 10000);
+
+	/* forged by another process of the claim (the file is the container's to write): a window
+	 * that wraps, or more busy time than time, starts again from this measurement */
+	core_bucket_init(&b, 0);
+	atomic_store(&b.rate, 40000);
+	atomic_store(&b.acc_window_ns, UINT64_MAX - 5);
+	atomic_store(&b.acc_busy_us, UINT64_MAX / 2);
+	atomic_store(&b.launches, 1000);
+	atomic_store(&b.spent, 4000);
+	core_bucket_control(&b, 30, 30, 100000000);
+	CHECK(atomic_load(&b.rate) >= 10000 && atomic_load(&b.rate) <= 160000, "rate %llu after a forged window",
+	      (unsigned long long)atomic_load(&b.rate));
+	CHECK_EQ_U64(atomic_load(&b.acc_window_ns), 0);
+
+	/* 5 s with one launch: taken */
+	core_bucket_init(&b, 0);
+	CHECK(core_bucket_take(&b, 1000, 1000) == 0, "a launch goes");
+	for (int i = 0; i < 30; i++)
+		core_bucket_control(&b, 30, 5, 166666667);
+	CHECK(atomic_load(&b.acc_window_ns) < 5000000000ull, "a 5 s window is taken (%llu ns gathered)",
+	      (unsigned long long)atomic_load(&b.acc_window_ns));
+}
+
 /* Launches of 1-block kernels that take no GPU time the driver samples, tried every 500 ns
  * for 5 s while NVML never has a sample of the container (quiet) or while the caller feeds no
  * measurement at all (quiet = 0): how many went through in the last second. */
@@ -206,6 +267,7 @@ int main(void)
 {
 	test_unmeasured();
 	test_retarget();
+	test_window();
 	const struct scenario scenarios[] = {
 		{ "1 process, 1 ms kernels", 1, { { .dur_ns = 1000000, .blocks = 1000 } }, 0 },
 		{ "1 process, 0.1-1.9 ms kernels", 1, { { .dur_ns = 1000000, .blocks = 1000, .jitter = 0.9 } }, 0 },

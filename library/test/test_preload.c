@@ -895,7 +895,7 @@ static void test_pidns(void)
  * working ledger and limit, and the creation's temporary files do not pile up. */
 static void test_crashcreate(void)
 {
-	static const char *const files[] = { "ledger.v2", "core.v2" };
+	static const char *const files[] = { "ledger.v2", "core.v3" };
 	static const char *const steps[] = { "created", "sized", "initialised", "linked" };
 	for (size_t f = 0; f < 2; f++) {
 		for (size_t k = 0; k < 4; k++) {
@@ -1370,8 +1370,8 @@ static void test_truncate(void)
 	root_setup_config(&r, "OK", CFG_NRI CFG_GPU0(268435456, 30));
 	const char *env[] = { "CUDA_CORE_LIMIT_0=30", "FAKE_NS_PER_BLOCK=1000", NULL };
 	pid = spawn(&r, LIBVGPU_TEST, PROBE("launch", "3", "1000"), env, "coretrunc");
-	CHECK(wait_exists(&r, "/tmp/.vgpu_lock/core.v2") == 0, "no core-limit file");
-	snprintf(path, sizeof(path), "%s/tmp/.vgpu_lock/core.v2", r.dir);
+	CHECK(wait_exists(&r, "/tmp/.vgpu_lock/core.v3") == 0, "no core-limit file");
+	snprintf(path, sizeof(path), "%s/tmp/.vgpu_lock/core.v3", r.dir);
 	CHECK(truncate(path, 0) == 0, "truncate %s", path);
 	finish_within(&r, pid, "coretrunc", 60, &res);
 	CHECK(res.status == 0 && strstr(res.out, "launches="), "the application was killed (exit %d): %s%s", res.status,

@@ -152,7 +152,7 @@ func TestAllocateResetsTheLeadsDirectories(t *testing.T) {
 	if err := os.WriteFile(planted, make([]byte, 900<<10), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("/etc/shadow", filepath.Join(dirs.VGPULock, "core.v2")); err != nil {
+	if err := os.Symlink("/etc/shadow", filepath.Join(dirs.VGPULock, "core.v3")); err != nil {
 		t.Fatal(err)
 	}
 	var before unix.Statfs_t
@@ -162,7 +162,7 @@ func TestAllocateResetsTheLeadsDirectories(t *testing.T) {
 	if _, err := a.allocate(ids([2]int{0, 0})); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{planted, filepath.Join(dirs.VGPULock, "core.v2")} {
+	for _, p := range []string{planted, filepath.Join(dirs.VGPULock, "core.v3")} {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s survived the next Allocate: %v", p, err)
 		}

@@ -1091,7 +1091,7 @@ static int cmd_wake(const char *root)
 static struct core_file *map_core_file(const char *root)
 {
 	char path[512];
-	snprintf(path, sizeof(path), "%s/tmp/.vgpu_lock/core.v2", root);
+	snprintf(path, sizeof(path), "%s/tmp/.vgpu_lock/core.v3", root);
 	int fd = open(path, O_RDONLY);
 	if (fd < 0)
 		return NULL;

@@ -15,7 +15,8 @@ void core_bucket_init(struct core_bucket *b, uint64_t now_ns)
 	atomic_store(&b->launches, 0);
 	atomic_store(&b->acc_busy_us, 0);
 	atomic_store(&b->acc_window_ns, 0);
-	for (int i = 0; i < 5; i++)
+	atomic_store(&b->stale_steps, 0);
+	for (int i = 0; i < 4; i++)
 		b->reserved[i] = 0;
 }
 
@@ -94,10 +95,30 @@ static int window_ready(uint64_t launches, uint64_t window_ns, double util_pct, 
 	return launches > 0 && far_above(util_pct, goal);
 }
 
+/* Forgets the launches and the measurements gathered since the last rate change. */
+static void drop_window(struct core_bucket *b)
+{
+	atomic_store(&b->spent, 0);
+	atomic_store(&b->throttled, 0);
+	atomic_store(&b->launches, 0);
+	atomic_store(&b->acc_window_ns, 0);
+	atomic_store(&b->acc_busy_us, 0);
+}
+
 void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct, uint64_t window_ns)
 {
 	if (util_pct < 0 || window_ns == 0)
 		return; /* no measurement: keep the rate and the counts; refill goes on by time */
+	uint64_t stale = atomic_load(&b->stale_steps);
+	if (stale > 0) {
+		/* measured before a retarget: dropped, and the window starts after it */
+		if (stale > VGPU_CORE_STALE_STEPS || atomic_compare_exchange_strong(&b->stale_steps, &stale, stale - 1)) {
+			if (stale > VGPU_CORE_STALE_STEPS)
+				atomic_store(&b->stale_steps, 0); /* forged: nothing to drop */
+			drop_window(b);
+			return;
+		}
+	}
 	if (util_pct > 100)
 		util_pct = 100;
 	uint64_t acc_window = atomic_fetch_add(&b->acc_window_ns, window_ns) + window_ns;
@@ -159,9 +180,16 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 		 * read up to 217 ms after the work it covers); a share far above its goal moves in a
 		 * sure direction; at a saturated GPU (99 % and more) the measured share is a lower
 		 * bound of the demand, so the ideal rate an upper bound of the right one: the step
-		 * goes all the way there (at most 4-fold). Otherwise it goes halfway in log space: a
-		 * full step on a lagging measurement oscillates. */
-		next = window_s >= 1.0 || far_above(util, goal) || util >= 99 ? ideal : sqrt(rate * ideal);
+		 * goes all the way there (at most 4-fold). Otherwise it goes halfway in log space, a
+		 * quarter within 30 % of the goal: a full step on a lagging measurement oscillates. */
+		if (window_s >= 1.0 || far_above(util, goal) || util >= 99)
+			next = ideal;
+		else if (fabs(util - goal) < 0.3 * goal)
+			/* near the goal: a quarter, damping the swing a lagging sample sets up (two
+			 * square roots: pow is GLIBC_2.29, newer than the images' glibc 2.28) */
+			next = sqrt(rate * sqrt(rate * ideal));
+		else
+			next = sqrt(rate * ideal);
 	} else if (throttled > 0 && util < 0.5) {
 		next = rate * 2; /* throttled yet nothing measured as busy: the rate is far too low */
 	} /* busy but nothing launched in the window: the work of earlier launches, rate kept */
@@ -205,6 +233,8 @@ void core_bucket_retarget(struct core_bucket *b, int old_pct, int new_pct)
 	int64_t integral = atomic_load(&b->integral);
 	while (!atomic_compare_exchange_weak(&b->integral, &integral, (int64_t)((double)integral * f)))
 		;
+	drop_window(b);
+	atomic_store(&b->stale_steps, VGPU_CORE_STALE_STEPS);
 	/* Tokens above the new rate's capacity (a burst at the old rate) are cut to it by the next
 	 * refill, at most 20 us later. */
 }

@@ -24,6 +24,7 @@
 #define VGPU_CORE_INITIAL_RATE 200000ull    /* blocks/s before the first measurement */
 #define VGPU_CORE_WINDOW_LAUNCHES 8ull   /* a controller window holds this many launches... */
 #define VGPU_CORE_WINDOW_MAX_NS 5000000000ull /* ...or lasts this long */
+#define VGPU_CORE_STALE_STEPS 2ull       /* measured steps dropped after a retarget */
 #define VGPU_CORE_QUIET_NS 1000000000ull    /* no sample of the container ever, for this long: idle */
 
 struct core_bucket {
@@ -41,7 +42,8 @@ struct core_bucket {
 	_Atomic uint64_t launches;
 	_Atomic uint64_t acc_busy_us;   /* sum of util (pp) * window (us) / 100: busy microseconds */
 	_Atomic uint64_t acc_window_ns;
-	uint64_t reserved[5];           /* zero */
+	_Atomic uint64_t stale_steps;   /* measured steps still to drop after a retarget */
+	uint64_t reserved[4];           /* zero */
 };
 
 _Static_assert(sizeof(struct core_bucket) == 128, "core bucket layout");
@@ -84,7 +86,11 @@ double core_bucket_quiet_util(struct core_quiet *q, uint64_t util_seen_us, uint6
 
 /* The target changed from old_pct to new_pct (both 1-100): what the controller keeps for a
  * target, the rate and the integral, is scaled by new / old at once, so that the launches
- * follow the new target within milliseconds instead of a control step or more later. */
+ * follow the new target within milliseconds instead of a control step or more later. The
+ * window gathered so far is dropped, and so are the next VGPU_CORE_STALE_STEPS measured
+ * steps: their samples cover time before the change (a sample is read up to a period and
+ * 50 ms after the work it covers), and paired with launches at the new rate they made the
+ * controller correct the change a second time. */
 void core_bucket_retarget(struct core_bucket *b, int old_pct, int new_pct);
 
 /* How long a launch of a container limited to target_pct may be held: as long as a 1 s

@@ -23,6 +23,7 @@ void sim_gpu_init(struct sim_gpu *g, int ncontainers, const int *target_pct)
 	for (int c = 0; c < ncontainers; c++) {
 		core_bucket_init(&g->ctr[c].bucket, 0);
 		g->ctr[c].target_pct = target_pct[c];
+		g->ctr[c].rate_target = 0; /* as a new core-limit file: the first target is recorded unscaled */
 	}
 }
 
@@ -75,6 +76,12 @@ static int gate(struct sim_gpu *g, struct sim_proc *p, uint64_t *retry_ns)
 	struct sim_container *ct = &g->ctr[p->container];
 	struct core_bucket *b = &ct->bucket;
 	uint64_t now = g->now_ns;
+	/* core_limiter.c's follow_target: a changed target scales the rate at once */
+	if (ct->rate_target != ct->target_pct) {
+		if (ct->rate_target >= 1 && ct->rate_target <= 100 && ct->target_pct >= 1 && ct->target_pct <= 100)
+			core_bucket_retarget(b, ct->rate_target, ct->target_pct);
+		ct->rate_target = ct->target_pct;
+	}
 	uint64_t due = atomic_load(&b->next_control_ns);
 	if (now >= due && core_bucket_control_due(b, now, SIM_CONTROL_NS)) {
 		uint64_t window = 0;

@@ -63,6 +63,7 @@ struct sim_proc {
 struct sim_container {
 	struct core_bucket bucket;
 	int target_pct;
+	int rate_target;       /* the target the rate was set for (core_file.h's rate_target) */
 	uint64_t last_seen_us; /* what core_limiter.c keeps in the bucket */
 	uint64_t period_us;    /* the NVML sampling period nvml_usage.c learnt */
 	struct core_quiet quiet; /* core_limiter.c's per-process view of a never-measured bucket */

@@ -176,8 +176,8 @@ static void test_window(void)
 	core_bucket_let_through(&b, 1000); /* the 8th launch of the window */
 	core_bucket_control(&b, 30, 30, 166666667);
 	/* 8,000 blocks in 0.5 s at 30 % share: the goal (30 %) is met at 16,000 blocks/s; a
-	 * half-second window moves halfway there in log space */
-	uint64_t want = (uint64_t)sqrt((double)rate * 16000.0);
+	 * half-second window at the goal moves a quarter of the way there in log space */
+	uint64_t want = (uint64_t)(pow((double)rate, 0.75) * pow(16000.0, 0.25));
 	CHECK(atomic_load(&b.rate) + 2 >= want && atomic_load(&b.rate) <= want + 2, "rate %llu, want %llu",
 	      (unsigned long long)atomic_load(&b.rate), (unsigned long long)want);
 	CHECK(atomic_load(&b.launches) == 0 && atomic_load(&b.spent) == 0 && atomic_load(&b.acc_window_ns) == 0 &&
@@ -191,6 +191,28 @@ static void test_window(void)
 	CHECK(core_bucket_take(&b, 1000, 1000) == 0, "a launch goes");
 	core_bucket_control(&b, 30, 90, 100000000);
 	CHECK_EQ_U64(atomic_load(&b.rate), 10000);
+
+	/* a retarget drops the window and the next VGPU_CORE_STALE_STEPS measured steps: their
+	 * samples are of the time before it */
+	core_bucket_init(&b, 0);
+	atomic_store(&b.rate, 40000);
+	for (int i = 0; i < 8; i++)
+		core_bucket_let_through(&b, 1000);
+	core_bucket_retarget(&b, 30, 60);
+	CHECK_EQ_U64(atomic_load(&b.rate), 80000);
+	CHECK(atomic_load(&b.spent) == 0 && atomic_load(&b.launches) == 0, "the window is dropped at a retarget");
+	for (uint64_t i = 0; i < VGPU_CORE_STALE_STEPS; i++) {
+		core_bucket_let_through(&b, 1000);
+		core_bucket_control(&b, 60, 99, 166666667);
+		CHECK(atomic_load(&b.rate) == 80000 && atomic_load(&b.acc_window_ns) == 0,
+		      "measured step %llu after the retarget moved the rate to %llu", (unsigned long long)i + 1,
+		      (unsigned long long)atomic_load(&b.rate));
+	}
+	for (int i = 0; i < 8; i++)
+		core_bucket_let_through(&b, 1000);
+	core_bucket_control(&b, 60, 99, 166666667);
+	CHECK(atomic_load(&b.rate) < 80000, "the step after them measures again (rate %llu)",
+	      (unsigned long long)atomic_load(&b.rate));
 
 	/* forged by another process of the claim (the file is the container's to write): a window
 	 * that wraps, or more busy time than time, starts again from this measurement */

@@ -95,6 +95,16 @@ static int window_ready(uint64_t launches, uint64_t window_ns, double util_pct, 
 	return launches > 0 && far_above(util_pct, goal);
 }
 
+/* The share the controller aims at: the target corrected by half the integral, within
+ * [target / 2, 100]. */
+static double goal_of(double target, double integral)
+{
+	double goal = target + 0.5 * integral;
+	if (goal < target * 0.5)
+		goal = target * 0.5;
+	return goal > 100 ? 100 : goal;
+}
+
 /* Forgets the launches and the measurements gathered since the last rate change. */
 static void drop_window(struct core_bucket *b)
 {
@@ -137,11 +147,7 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 	double target = target_pct;
 
 	double integral = (double)atomic_load(&b->integral) / 1e6;
-	double goal = target + 0.5 * integral;
-	if (goal < target * 0.5)
-		goal = target * 0.5;
-	if (goal > 100)
-		goal = 100;
+	double goal = goal_of(target, integral);
 	if (!window_ready(atomic_load(&b->launches), acc_window, util, goal))
 		return; /* gather more: the counts and the busy time go on adding up */
 
@@ -153,8 +159,9 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 	uint64_t loaded = atomic_load(&b->rate);
 	double rate = (double)loaded;
 
-	/* Integral of the error (pp * s), bounded so that a long idle period cannot wind it up. */
-	/* Integrate only near the target: large errors (start-up, load changes) are the
+	/* Integral of the error (pp * s), bounded so that a long idle period cannot wind it up;
+	 * a window weighs at most 0.2 s, so that one long gathered window does not swing it.
+	 * Integrate only near the target: large errors (start-up, load changes) are the
 	 * feed-forward's job, and winding the integral up there would overshoot afterwards. */
 	if ((throttled > 0 || util > target) && fabs(target - util) < 10)
 		integral += (target - util) * (window_s < 0.2 ? window_s : 0.2);
@@ -163,11 +170,7 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 	if (integral < -30)
 		integral = -30;
 	atomic_store(&b->integral, (int64_t)(integral * 1e6));
-	goal = target + 0.5 * integral;
-	if (goal < target * 0.5)
-		goal = target * 0.5;
-	if (goal > 100)
-		goal = 100;
+	goal = goal_of(target, integral);
 
 	double next = rate;
 	double spent_rate = (double)spent / window_s;

@@ -120,14 +120,11 @@ void core_bucket_control(struct core_bucket *b, int target_pct, double util_pct,
 	if (util_pct < 0 || window_ns == 0)
 		return; /* no measurement: keep the rate and the counts; refill goes on by time */
 	uint64_t stale = atomic_load(&b->stale_steps);
-	if (stale > 0) {
-		/* measured before a retarget: dropped, and the window starts after it */
-		if (stale > VGPU_CORE_STALE_STEPS || atomic_compare_exchange_strong(&b->stale_steps, &stale, stale - 1)) {
-			if (stale > VGPU_CORE_STALE_STEPS)
-				atomic_store(&b->stale_steps, 0); /* forged: nothing to drop */
-			drop_window(b);
-			return;
-		}
+	if (stale > VGPU_CORE_STALE_STEPS) {
+		atomic_store(&b->stale_steps, 0); /* forged by a process of the claim: nothing to drop */
+	} else if (stale > 0 && atomic_compare_exchange_strong(&b->stale_steps, &stale, stale - 1)) {
+		drop_window(b); /* measured before a retarget: dropped, the window starts after it */
+		return;
 	}
 	if (util_pct > 100)
 		util_pct = 100;

@@ -227,6 +227,15 @@ static void test_window(void)
 	      (unsigned long long)atomic_load(&b.rate));
 	CHECK_EQ_U64(atomic_load(&b.acc_window_ns), 0);
 
+	/* a forged count of steps to drop drops none: the step measures */
+	core_bucket_init(&b, 0);
+	atomic_store(&b.stale_steps, 1000);
+	CHECK(core_bucket_take(&b, 1000, 1000) == 0, "a launch goes");
+	core_bucket_control(&b, 30, 30, 100000000);
+	CHECK(atomic_load(&b.stale_steps) == 0 && atomic_load(&b.acc_window_ns) == 100000000,
+	      "forged stale steps: %llu left, window %llu ns", (unsigned long long)atomic_load(&b.stale_steps),
+	      (unsigned long long)atomic_load(&b.acc_window_ns));
+
 	/* 5 s with one launch: taken */
 	core_bucket_init(&b, 0);
 	CHECK(core_bucket_take(&b, 1000, 1000) == 0, "a launch goes");
